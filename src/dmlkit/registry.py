@@ -1,0 +1,64 @@
+"""A tiny name -> factory registry, one per kind of component.
+
+Each component package keeps its own ``Registry`` and exposes
+``create_x(name, **kwargs)`` and ``list_x()`` built on it, so a string in a
+config selects a variant and an unknown name is an error listing the valid ones.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Maps names to factories (classes or functions) of one kind of component."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._factories: dict[str, Callable[..., T]] = {}
+
+    def register(self, name: str, factory: Callable[..., T] | None = None):
+        """Register ``factory`` under ``name``; usable as a decorator."""
+
+        def add(obj: Callable[..., T]) -> Callable[..., T]:
+            if name in self._factories:
+                raise ValueError(f"{self.kind} '{name}' is registered twice")
+            self._factories[name] = obj
+            return obj
+
+        return add(factory) if factory is not None else add
+
+    def names(self) -> list[str]:
+        return sorted(self._factories)
+
+    def get(self, name: str) -> Callable[..., T]:
+        if name not in self._factories:
+            raise ValueError(
+                f"unknown {self.kind} '{name}'; valid names are: {', '.join(self.names())}"
+            )
+        return self._factories[name]
+
+    def create(self, name: str, **kwargs: Any) -> T:
+        """Build the component ``name``; unknown keyword arguments are reported with the valid ones."""
+        factory = self.get(name)
+        check_kwargs(factory, kwargs, f"{self.kind} '{name}'")
+        return factory(**kwargs)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._factories
+
+
+def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], what: str) -> None:
+    """Raise ``ValueError`` naming the valid parameters if ``kwargs`` has one ``factory`` does not take."""
+    params = inspect.signature(factory).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    valid = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
+    unknown = sorted(set(kwargs) - set(valid))
+    if unknown:
+        raise ValueError(
+            f"{what} got unknown parameter(s) {unknown}; valid parameters are: {', '.join(valid)}"
+        )
