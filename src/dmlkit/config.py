@@ -1,0 +1,176 @@
+"""Typed experiment configs: YAML files plus dotted ``--set`` overrides.
+
+Each component owns its config dataclass (``data.config.DataConfig``,
+``models.config.ModelConfig``, ``losses.config.LossConfig``,
+``engine.config.TrainConfig``/``EvalConfig``); this module only composes them
+into ``ExperimentConfig`` and converts between dataclasses and plain dicts.
+An unknown key or a value of the wrong type is a ``ValueError`` that names the
+key path and lists the valid keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+import yaml
+
+from dmlkit.data.config import DataConfig
+from dmlkit.engine.config import EvalConfig, TrainConfig
+from dmlkit.losses.config import LossConfig
+from dmlkit.models.config import ModelConfig
+
+
+@dataclass
+class ExperimentConfig:
+    """One experiment: what to train on, which model, which objective, how to train and evaluate."""
+
+    name: str = "experiment"
+    seed: int = 0
+    output_dir: str = "runs"
+    plots: bool = True
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """A plain, YAML-serialisable dict of a (nested) config dataclass."""
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls: type, values: dict[str, Any], path: str = "") -> Any:
+    """Build dataclass ``cls`` from ``values``, checking every key and type."""
+    if not isinstance(values, dict):
+        raise ValueError(f"config section '{path or '<root>'}' must be a mapping, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        where = f" in section '{path}'" if path else ""
+        raise ValueError(f"unknown config key(s) {unknown}{where}; valid keys are: {', '.join(valid)}")
+    kwargs = {name: _convert(hints[name], value, _join(path, name)) for name, value in values.items()}
+    return cls(**kwargs)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    """Check ``value`` against type ``tp`` (converting where lossless), or raise ``ValueError``."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, path)
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(option, value, path)
+            except ValueError as err:
+                errors.append(str(err))
+        raise ValueError(f"config key '{path}': {value!r} matches none of {_type_name(tp)}")
+    if tp is Any:
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"config key '{path}' expects a list ({_type_name(tp)}), got {value!r}")
+        (item_type, *_rest) = typing.get_args(tp) or (Any,)
+        items = [_convert(item_type, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return list(items) if origin is list else tuple(items)
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"config key '{path}' expects a mapping, got {value!r}")
+        return dict(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise ValueError(f"config key '{path}' expects {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """Split ``"a.b.c=value"`` into its key path and its YAML-parsed value."""
+    if "=" not in text:
+        raise ValueError(f"override '{text}' must look like key.path=value, e.g. train.lr=0.001")
+    key, raw = text.split("=", 1)
+    keys = key.strip().split(".")
+    if not all(keys):
+        raise ValueError(f"override '{text}' has an empty key part; write it as key.path=value")
+    return keys, yaml.safe_load(raw) if raw.strip() else ""
+
+
+def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return a copy of ``values`` with each dotted override written in."""
+    result = _deep_copy(values)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = result
+        for key in keys[:-1]:
+            child = node.get(key)
+            if child is None:
+                child = node[key] = {}
+            if not isinstance(child, dict):
+                raise ValueError(f"override '{text}': '{key}' is a value, not a section")
+            node = child
+        node[keys[-1]] = value
+    return result
+
+
+def _deep_copy(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: _deep_copy(v) if isinstance(v, dict) else v for k, v in values.items()}
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Recursively merge ``update`` into a copy of ``base``; params dicts of components are replaced key by key."""
+    result = _deep_copy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merge(result[key], value)
+        else:
+            result[key] = value
+    return result
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> ExperimentConfig:
+    """Read an experiment YAML (or the defaults when ``path`` is None) and apply ``overrides``."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"config file '{path}' does not exist; pass a YAML file such as configs/quickstart.yaml")
+        with open(path) as fh:
+            values = yaml.safe_load(fh) or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"config file '{path}' must hold a mapping of sections at its top level")
+    return from_dict(ExperimentConfig, apply_overrides(values, list(overrides)))
+
+
+def dump_config(cfg: ExperimentConfig) -> str:
+    """The resolved config as YAML text (loads back to an equal config)."""
+    return yaml.safe_dump(to_dict(cfg), sort_keys=False)

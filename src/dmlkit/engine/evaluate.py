@@ -1,0 +1,45 @@
+"""Evaluate a finished run: rebuild its model from the run's config, load a checkpoint, embed a split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dmlkit.config import load_config
+from dmlkit.data import create_dataset
+from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
+from dmlkit.engine.embed import embed_dataset
+from dmlkit.engine.run_folder import RunFolder, write_json_atomic
+from dmlkit.engine.trainer import build_model
+from dmlkit.evaluation import clustering_metrics, retrieval_metrics
+
+
+def resolve_checkpoint(run_or_checkpoint: str | Path) -> tuple[RunFolder, Path]:
+    """Accept a run folder (uses its best.pt) or a checkpoint file inside a run folder."""
+    path = Path(run_or_checkpoint)
+    if path.is_dir():
+        folder = RunFolder(path)
+        checkpoint = folder.best_checkpoint if folder.best_checkpoint.is_file() else folder.last_checkpoint
+    else:
+        folder, checkpoint = RunFolder(path.parent), path
+    if not folder.config.is_file():
+        raise ValueError(f"'{folder.path}' has no config.yaml; pass a run folder written by dmlkit train")
+    return folder, checkpoint
+
+
+def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str, Any]:
+    """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``."""
+    folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
+    cfg = load_config(folder.config)
+    d = cfg.data
+    dataset = create_dataset(d.name, split, root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes)
+    train = create_dataset(d.name, "train", root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes)
+    model, _ = build_model(cfg, dataset.in_channels, train.num_classes)
+    load_model_state(model, load_checkpoint(checkpoint)["model"], str(checkpoint))
+    embeddings, labels = embed_dataset(model, dataset, cfg.eval.batch_size)
+    metrics = retrieval_metrics(embeddings, labels, ks=tuple(cfg.eval.ks))
+    if cfg.eval.clustering:
+        metrics.update(clustering_metrics(embeddings, labels, seed=cfg.seed))
+    write_json_atomic(folder.path / f"eval_{split}.json", {"checkpoint": str(checkpoint), "split": split, **metrics})
+    return metrics
+

@@ -1,0 +1,34 @@
+"""The run's ``metrics.jsonl``: one JSON record per logged event, appended and flushed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class MetricsLog:
+    """Append-only log of training and validation records, each carrying its ``step``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def append(self, record: dict[str, Any]) -> None:
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+
+    def read(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with open(self.path) as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records after ``step`` (used on resume so the log reads as one uninterrupted run)."""
+        kept = [r for r in self.read() if r.get("step", 0) <= step]
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        with open(tmp, "w") as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in kept)
+        os.replace(tmp, self.path)

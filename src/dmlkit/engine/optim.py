@@ -1,0 +1,45 @@
+"""Optimiser with per-part learning rates (backbone, head, loss parameters such as proxies) and schedules."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from dmlkit.engine.config import OPTIMIZERS, SCHEDULES, TrainConfig
+
+
+def parameter_groups(model: nn.Module, objective: nn.Module, cfg: TrainConfig) -> list[dict]:
+    """Backbone and pooling at ``lr``; the head at ``head_lr``; objective parameters (proxies) at ``loss_lr``."""
+    head = getattr(model, "head", None)
+    head_ids = {id(p) for p in head.parameters()} if head is not None else set()
+    body = [p for p in model.parameters() if id(p) not in head_ids and p.requires_grad]
+    groups = [{"name": "body", "params": body, "lr": cfg.lr}]
+    if head_ids:
+        groups.append({"name": "head", "params": list(head.parameters()), "lr": cfg.head_lr or cfg.lr})
+    loss_params = [p for p in objective.parameters() if p.requires_grad]
+    if loss_params:
+        groups.append({"name": "loss", "params": loss_params, "lr": cfg.loss_lr or cfg.lr})
+    return groups
+
+
+def build_optimizer(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(groups, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas))
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(groups, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas))
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    raise ValueError(f"unknown train.optimizer '{cfg.optimizer}'; valid values are: {', '.join(OPTIMIZERS)}")
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig):
+    """``plateau`` steps on the validation score (mode max); ``step`` steps every training step."""
+    if cfg.schedule == "none":
+        return None
+    if cfg.schedule == "plateau":
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="max", factor=cfg.plateau_factor, patience=cfg.plateau_patience
+        )
+    if cfg.schedule == "step":
+        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=cfg.step_size, gamma=cfg.step_gamma)
+    raise ValueError(f"unknown train.schedule '{cfg.schedule}'; valid values are: {', '.join(SCHEDULES)}")

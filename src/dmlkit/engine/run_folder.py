@@ -1,0 +1,67 @@
+"""The run folder: where a run writes its config, log, checkpoints, summary and plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MIN_FREE_BYTES = 200 * 2**20
+
+
+class RunFolder:
+    """Paths of one run and the checks made before training starts."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    config = property(lambda self: self.path / "config.yaml")
+    metrics = property(lambda self: self.path / "metrics.jsonl")
+    last_checkpoint = property(lambda self: self.path / "last.pt")
+    best_checkpoint = property(lambda self: self.path / "best.pt")
+    summary = property(lambda self: self.path / "summary.json")
+    plots = property(lambda self: self.path / "plots")
+
+    def prepare_new(self) -> None:
+        """Create the folder for a fresh run; refuse to overwrite a run that is already there."""
+        if self.path.exists() and any(self.path.iterdir()):
+            raise ValueError(
+                f"run folder '{self.path}' already holds a run; resume it with --resume {self.path}, "
+                "or choose another name (--set name=...) or output_dir"
+            )
+        self._check_writable()
+
+    def prepare_resume(self) -> None:
+        if not self.last_checkpoint.is_file():
+            raise ValueError(
+                f"cannot resume: '{self.last_checkpoint}' does not exist; "
+                "pass the folder of a run that wrote at least one checkpoint"
+            )
+        self._check_writable()
+
+    def _check_writable(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.path, prefix=".write-test-"):
+                pass
+        except OSError as err:
+            raise ValueError(f"run folder '{self.path}' is not writable ({err}); choose another output_dir") from err
+        free = shutil.disk_usage(self.path).free
+        if free < MIN_FREE_BYTES:
+            raise ValueError(
+                f"only {free / 2**20:.0f} MiB free under '{self.path}', at least {MIN_FREE_BYTES / 2**20:.0f} MiB "
+                "are needed for checkpoints; free some space or choose another output_dir"
+            )
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, values: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(values, indent=2) + "\n")

@@ -1,0 +1,309 @@
+"""The training loop: build the run's parts, optimise, validate, stop early, checkpoint, evaluate.
+
+One place builds the model (``build_embedder``), one the objective
+(``build_objective`` -> ``Objective`` of named terms), and ``Trainer.fit`` runs
+the loop on Lightning Fabric. Every random choice comes from the config's seed:
+the model's initialisation, the sampler's batches (seed, epoch) and the
+augmentation (seed, epoch, index), so a run resumed from ``last.pt`` ends with
+the same weights and metrics as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Sampler
+
+from dmlkit.config import ExperimentConfig, dump_config, load_config
+from dmlkit.data import MPerClassBatchSampler, class_disjoint_split, create_dataset
+from dmlkit.engine.callbacks import Callback
+from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, save_checkpoint
+from dmlkit.engine.early_stopping import EarlyStopping
+from dmlkit.engine.embed import embed_dataset
+from dmlkit.engine.metrics_log import MetricsLog
+from dmlkit.engine.objective import MetricLossTerm, Objective
+from dmlkit.engine.optim import build_optimizer, build_scheduler, parameter_groups
+from dmlkit.engine.progress import TrainingProgress
+from dmlkit.engine.run_folder import RunFolder, write_json_atomic, write_text_atomic
+from dmlkit.evaluation import clustering_metrics, retrieval_metrics
+from dmlkit.losses import build_objective
+from dmlkit.models import build_embedder
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or Inf; the run stops and keeps its last good checkpoint."""
+
+
+@dataclass
+class Splits:
+    """The datasets of one run: train (augmented), validation and test (plain)."""
+
+    train: Any
+    val: Any
+    test: Any
+    val_is_test: bool = False
+
+
+@dataclass
+class LoopState:
+    """Where the loop is; saved in every checkpoint."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    elapsed: float = 0.0
+    history: list[dict] = field(default_factory=list)
+
+
+def build_splits(cfg: ExperimentConfig) -> Splits:
+    """Train / validation (class-disjoint hold-out of the train classes) / test datasets of ``cfg.data``."""
+    d = cfg.data
+    common = dict(root=d.root, seed=cfg.seed, image_size=d.image_size, max_classes=d.max_classes)
+    train = create_dataset(d.name, "train", augment=d.augment, **common)
+    test = create_dataset(d.name, cfg.eval.split, augment=False, **common)
+    if d.val_fraction <= 0:
+        return Splits(train=train, val=test, test=test, val_is_test=True)
+    plain = create_dataset(d.name, "train", augment=False, **common)
+    train_part, _ = class_disjoint_split(train, d.val_fraction)
+    _, val_part = class_disjoint_split(plain, d.val_fraction)
+    return Splits(train=train_part, val=val_part, test=test)
+
+
+def build_model(cfg: ExperimentConfig, in_channels: int, num_classes: int) -> tuple[nn.Module, Objective]:
+    """The embedder and the objective, initialised from the run's seed without touching global RNG state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = build_embedder(cfg.model, in_channels=in_channels)
+        loss, miner = build_objective(cfg.loss, num_classes=num_classes, embedding_size=cfg.model.embedding_dim)
+    return model, Objective([MetricLossTerm(loss, miner)])
+
+
+class _SkipBatches(Sampler):
+    """A batch sampler that skips its first ``skip`` batches (resume inside an epoch)."""
+
+    def __init__(self, batch_sampler: MPerClassBatchSampler, skip: int) -> None:
+        self.batch_sampler, self.skip = batch_sampler, skip
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for i, batch in enumerate(self.batch_sampler):
+            if i >= self.skip:
+                yield batch
+
+    def __len__(self) -> int:
+        return max(0, len(self.batch_sampler) - self.skip)
+
+
+class Trainer:
+    """Runs one experiment into a run folder; ``fit()`` returns the summary it writes."""
+
+    def __init__(self, cfg: ExperimentConfig, run_dir: str | Path, callbacks: list[Callback] = (), quiet: bool = False) -> None:
+        self.cfg = cfg
+        self.folder = RunFolder(run_dir)
+        self.callbacks = list(callbacks)
+        self.quiet = quiet
+        self.state = LoopState()
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, callbacks: list[Callback] = (), quiet: bool = False) -> "Trainer":
+        """A trainer that continues the run in ``run_dir`` from its last checkpoint, with the run's own config."""
+        folder = RunFolder(run_dir)
+        folder.prepare_resume()
+        trainer = cls(load_config(folder.config), run_dir, callbacks, quiet)
+        trainer._resuming = True
+        return trainer
+
+    _resuming = False
+
+    # ----------------------------------------------------------------- set-up
+    def _setup(self) -> None:
+        from lightning.fabric import Fabric
+
+        if self._resuming:
+            self.folder.prepare_resume()
+        else:
+            self.folder.prepare_new()
+            write_text_atomic(self.folder.config, dump_config(self.cfg))
+        t = self.cfg.train
+        self.fabric = Fabric(accelerator=t.accelerator, devices=t.devices, precision=t.precision)
+        self.splits = build_splits(self.cfg)
+        train = self.splits.train
+        self.model, self.objective = build_model(self.cfg, train.in_channels, train.num_classes)
+        optimizer = build_optimizer(parameter_groups(self.model, self.objective, t), t)
+        self.scheduler = build_scheduler(optimizer, t)
+        self.model, self.optimizer = self.fabric.setup(self.model, optimizer)
+        self.objective = self.fabric.to_device(self.objective)
+        self.sampler = MPerClassBatchSampler(train.labels, t.batch_size, t.m_per_class, seed=self.cfg.seed)
+        self.stopper = EarlyStopping(t.patience)
+        self.log = MetricsLog(self.folder.metrics)
+        if self._resuming:
+            self._load_last()
+
+    def _checkpoint_state(self) -> dict[str, Any]:
+        s = self.state
+        return {
+            "model": self.model.state_dict(),
+            "objective": self.objective.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else {},
+            "sampler": self.sampler.state_dict(),
+            "early_stopping": self.stopper.state_dict(),
+            "loop": {"step": s.step, "epoch": s.epoch, "batch_in_epoch": s.batch_in_epoch, "elapsed": s.elapsed},
+        }
+
+    def _load_last(self) -> None:
+        ckpt = load_checkpoint(self.folder.last_checkpoint)
+        load_model_state(self.model, ckpt["model"], str(self.folder.last_checkpoint))
+        self.objective.load_state_dict(ckpt["objective"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(ckpt["scheduler"])
+        self.sampler.load_state_dict(ckpt["sampler"])
+        self.stopper.load_state_dict(ckpt["early_stopping"])
+        loop = ckpt["loop"]
+        self.state = LoopState(step=loop["step"], epoch=loop["epoch"], batch_in_epoch=loop["batch_in_epoch"], elapsed=loop["elapsed"])
+        self.log.truncate_after(self.state.step)
+        self.state.history = [r for r in self.log.read() if r.get("split") == "val"]
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> dict[str, Any]:
+        self._setup()
+        t = self.cfg.train
+        for cb in self.callbacks:
+            cb.on_train_start(self)
+        progress = TrainingProgress(total=t.max_steps, start=self.state.step, quiet=self.quiet)
+        with progress:
+            while self.state.step < t.max_steps and not self.stopper.should_stop:
+                self._run_epoch(progress)
+        summary = self._finish()
+        for cb in self.callbacks:
+            cb.on_train_end(self, summary)
+        return summary
+
+    def _epoch_loader(self) -> DataLoader:
+        s = self.state
+        self.sampler.set_epoch(s.epoch)
+        self.splits.train.set_epoch(s.epoch)
+        batches = _SkipBatches(self.sampler, s.batch_in_epoch)
+        return DataLoader(self.splits.train, batch_sampler=batches, num_workers=self.cfg.data.num_workers)
+
+    def _run_epoch(self, progress: TrainingProgress) -> None:
+        t, s = self.cfg.train, self.state
+        started = time.perf_counter()
+        for images, labels in self._epoch_loader():
+            s.step += 1
+            s.batch_in_epoch += 1
+            outputs = self._train_step(images, labels)
+            s.elapsed += time.perf_counter() - started
+            started = time.perf_counter()
+            progress.advance(outputs["loss"])
+            if s.step % t.log_every == 0:
+                self.log.append({"split": "train", "step": s.step, "epoch": s.epoch, **outputs, "elapsed": round(s.elapsed, 3)})
+            if s.step % t.val_every == 0 or s.step == t.max_steps:
+                score = self._validate()
+                progress.show_validation(t.val_metric, score)
+                started = time.perf_counter()
+            if s.step >= t.max_steps or self.stopper.should_stop:
+                return
+        s.epoch += 1
+        s.batch_in_epoch = 0
+
+    def _train_step(self, images: torch.Tensor, labels: torch.Tensor) -> dict[str, Any]:
+        images, labels = self.fabric.to_device((images, labels))
+        self.model.train()
+        embeddings = self.model(images)
+        batch = {"images": images, "labels": labels, "step": self.state.step}
+        total, terms = self.objective(embeddings, labels, batch)
+        if not torch.isfinite(total):
+            raise NonFiniteLossError(
+                f"the loss became {float(total)} at step {self.state.step} (terms: {terms}); "
+                f"the last good checkpoint is kept in '{self.folder.last_checkpoint}'. "
+                "Lower train.lr or set train.grad_clip, then resume or restart."
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        self.fabric.backward(total)
+        if self.cfg.train.grad_clip:
+            self.fabric.clip_gradients(self.model, self.optimizer, max_norm=self.cfg.train.grad_clip)
+        self.optimizer.step()
+        if self.scheduler is not None and self.cfg.train.schedule == "step":
+            self.scheduler.step()
+        outputs = {"loss": float(total.detach()), **({f"loss/{k}": v for k, v in terms.items()} if len(terms) > 1 else {})}
+        outputs["lr"] = self.optimizer.param_groups[0]["lr"]
+        for cb in self.callbacks:
+            cb.on_batch_end(self, batch, outputs)
+        return outputs
+
+    # ------------------------------------------------------------ validation
+    def evaluate(self, dataset: Any, with_clustering: bool = False) -> dict[str, float]:
+        embeddings, labels = embed_dataset(self.model, dataset, self.cfg.eval.batch_size, self.fabric.device)
+        metrics = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
+        if with_clustering:
+            metrics.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))
+        return metrics
+
+    def _validate(self) -> float:
+        t, s = self.cfg.train, self.state
+        metrics = self.evaluate(self.splits.val)
+        if t.val_metric not in metrics:
+            raise ValueError(f"train.val_metric '{t.val_metric}' is not a retrieval metric; valid: {', '.join(metrics)}")
+        score = metrics[t.val_metric]
+        improved = self.stopper.update(score, s.step)
+        if self.scheduler is not None and t.schedule == "plateau":
+            self.scheduler.step(score)
+        record = {"split": "val", "step": s.step, "epoch": s.epoch, **metrics, "best": improved}
+        self.log.append(record)
+        s.history.append(record)
+        if improved:
+            save_checkpoint(self.folder.best_checkpoint, {"model": self.model.state_dict(), "objective": self.objective.state_dict(), "step": s.step, "metrics": metrics})
+        save_checkpoint(self.folder.last_checkpoint, self._checkpoint_state())
+        for cb in self.callbacks:
+            cb.on_validation_end(self, metrics)
+        return score
+
+    # ----------------------------------------------------------------- finish
+    def _restore_best(self) -> None:
+        if self.folder.best_checkpoint.is_file():
+            best = load_checkpoint(self.folder.best_checkpoint)
+            load_model_state(self.model, best["model"], str(self.folder.best_checkpoint))
+            self.objective.load_state_dict(best["objective"])
+
+    def _finish(self) -> dict[str, Any]:
+        self._restore_best()
+        test_split = self.splits.test
+        embeddings, labels = embed_dataset(self.model, test_split, self.cfg.eval.batch_size, self.fabric.device)
+        test = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
+        if self.cfg.eval.clustering:
+            test.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))
+        self.log.append({"split": "test", "step": self.state.step, **test})
+        summary = {
+            "name": self.cfg.name,
+            "seed": self.cfg.seed,
+            "steps": self.state.step,
+            "stopped_early": self.stopper.should_stop,
+            "best_step": self.stopper.best_step,
+            "best_val": {"metric": self.cfg.train.val_metric, "value": self.stopper.best_score},
+            "validated_on_test": self.splits.val_is_test,
+            "train_seconds": round(self.state.elapsed, 2),
+            "test": test,
+            "num_parameters": sum(p.numel() for p in self.model.parameters()),
+        }
+        write_json_atomic(self.folder.summary, summary)
+        if self.cfg.plots:
+            self._plot(embeddings, labels)
+        return summary
+
+    def _plot(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
+        from dmlkit.viz import plots
+
+        self.folder.plots.mkdir(exist_ok=True)
+        plots.training_curves(self.log.read(), self.folder.plots / "training_curves.png")
+        plots.embedding_projection(embeddings, labels, self.folder.plots / "test_embeddings_pca.png")
+        plots.distance_histogram(embeddings, labels, self.folder.plots / "test_distances.png", seed=self.cfg.seed)
+
+
+def default_run_dir(cfg: ExperimentConfig) -> Path:
+    return Path(cfg.output_dir) / cfg.name

@@ -1,0 +1,141 @@
+"""Backbone registry: a name -> a network that returns a local feature map.
+
+Every backbone maps ``(B, in_channels, H, W)`` to a local feature map
+``(B, C, h, w)`` -- no global pooling, no classifier -- and exposes
+``out_channels = C``, so any pooling (GAP, GMP, GeM, GSP, ...) and any head can
+follow it.
+
+Names:
+
+* ``resnet20``, ``resnet32``, ``resnet44``, ``resnet56``: CIFAR ResNets of
+  He et al. (2016) Sec. 4.2 (``dmlkit.models.resnet_cifar``), option-A shortcuts.
+  dmlkit ships no weights for them, so ``pretrained=True`` is an error.
+* ``timm:<model_name>``: any timm model (e.g. ``timm:resnet50``), built with
+  ``timm.create_model(model_name, pretrained=..., in_chans=..., num_classes=0,
+  global_pool="")`` and run through its ``forward_features``.  timm is an
+  optional extra: ``pip install dmlkit[timm]``.
+
+Add a backbone with the ``register_backbone`` decorator; the factory takes
+``in_channels`` and ``pretrained``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from dmlkit.models.resnet_cifar import CifarResNet
+from dmlkit.registry import Registry
+
+__all__ = ["TIMM_PREFIX", "TimmBackbone", "create_backbone", "list_backbones", "register_backbone"]
+
+TIMM_PREFIX = "timm:"
+
+_BACKBONES: Registry[nn.Module] = Registry("backbone")
+
+
+def register_backbone(name: str) -> Callable:
+    """Decorator registering ``factory(in_channels: int = 3, pretrained: bool = False) -> nn.Module``.
+
+    The module must return ``(B, C, h, w)`` and have an ``out_channels`` attribute.
+    """
+    if name.startswith(TIMM_PREFIX):
+        raise ValueError(f"backbone names starting with '{TIMM_PREFIX}' are reserved for timm models")
+    return _BACKBONES.register(name)
+
+
+def _cifar_factory(depth: int) -> Callable[..., nn.Module]:
+    def factory(in_channels: int = 3, pretrained: bool = False) -> nn.Module:
+        if pretrained:
+            raise ValueError(
+                f"dmlkit ships no pretrained weights for resnet{depth}; use pretrained=False and load "
+                "your own checkpoint with model.load_state_dict, or pick a 'timm:<model_name>' backbone"
+            )
+        return CifarResNet(depth=depth, in_channels=in_channels, shortcut="A")
+
+    factory.__name__ = f"resnet{depth}"
+    factory.__doc__ = f"CIFAR ResNet-{depth} (He et al. 2016, Sec. 4.2), option-A shortcuts, 64 output channels."
+    return factory
+
+
+for _depth in (20, 32, 44, 56):
+    register_backbone(f"resnet{_depth}")(_cifar_factory(_depth))
+
+
+class TimmBackbone(nn.Module):
+    """A timm model cut before its pooling and classifier: returns ``(B, C, h, w)``.
+
+    ``forward_features`` of most CNNs already returns NCHW.  Two other layouts are
+    converted: channels-last maps ``(B, h, w, C)`` (e.g. Swin) are permuted, and
+    token sequences ``(B, N, C)`` of vision transformers are stripped of their
+    prefix (class/register) tokens and reshaped to a square grid.
+    """
+
+    def __init__(self, model_name: str, in_channels: int = 3, pretrained: bool = False) -> None:
+        super().__init__()
+        timm = _import_timm()
+        self.model_name = model_name
+        self.model = timm.create_model(
+            model_name, pretrained=pretrained, in_chans=in_channels, num_classes=0, global_pool=""
+        )
+        self.out_channels = int(self.model.num_features)
+        self.num_prefix_tokens = int(getattr(self.model, "num_prefix_tokens", 0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        feats = self.model.forward_features(x)
+        c = self.out_channels
+        if feats.ndim == 4:
+            if feats.shape[1] == c:
+                return feats
+            if feats.shape[-1] == c:
+                return feats.permute(0, 3, 1, 2).contiguous()
+        elif feats.ndim == 3 and feats.shape[-1] == c:
+            tokens = feats[:, self.num_prefix_tokens :]
+            side = math.isqrt(tokens.shape[1])
+            if side * side == tokens.shape[1]:
+                return tokens.transpose(1, 2).reshape(tokens.shape[0], c, side, side)
+        raise ValueError(
+            f"timm model '{self.model_name}' returned features of shape {tuple(feats.shape)}, which is not a "
+            f"(B, {c}, h, w) map, a channels-last map, or a square grid of tokens"
+        )
+
+
+def _import_timm():
+    try:
+        return importlib.import_module("timm")
+    except ImportError as err:
+        raise ValueError(
+            "'timm:<model_name>' backbones need the optional timm package: pip install dmlkit[timm]"
+        ) from err
+
+
+def create_backbone(name: str, in_channels: int = 3, pretrained: bool = False) -> nn.Module:
+    """Build backbone ``name`` for images with ``in_channels`` channels.
+
+    Returns a module mapping ``(B, in_channels, H, W)`` to ``(B, out_channels, h, w)``.
+    Raises ``ValueError`` for an unknown name (listing the valid ones), for
+    ``pretrained=True`` where no weights exist, and for ``timm:`` names when timm
+    is not installed.
+    """
+    if not isinstance(in_channels, int) or in_channels < 1:
+        raise ValueError(f"in_channels must be a positive integer (1 for grey, 3 for RGB), got {in_channels!r}")
+    if name.startswith(TIMM_PREFIX):
+        model_name = name[len(TIMM_PREFIX) :]
+        if not model_name:
+            raise ValueError(f"write timm backbones as '{TIMM_PREFIX}<model_name>', e.g. 'timm:resnet50'")
+        return TimmBackbone(model_name, in_channels=in_channels, pretrained=pretrained)
+    if name not in _BACKBONES:
+        raise ValueError(
+            f"unknown backbone '{name}'; valid names are: {', '.join(list_backbones())}, "
+            f"or '{TIMM_PREFIX}<model_name>' for a timm model"
+        )
+    return _BACKBONES.create(name, in_channels=in_channels, pretrained=pretrained)
+
+
+def list_backbones() -> list[str]:
+    """Registered backbone names (``timm:<model_name>`` names are accepted besides these)."""
+    return _BACKBONES.names()

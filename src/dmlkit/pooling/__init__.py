@@ -1,0 +1,39 @@
+"""Poolings: local feature map ``(B, C, h, w)`` -> global feature ``(B, C')``.
+
+``create_pooling(name, dim, **params)`` builds one by name, ``list_poolings()``
+lists the names.  Each pooling is a function plus a module (``gap`` / ``GAP``,
+...).  Every module of this package is imported here, so a new pooling only has
+to live in ``dmlkit/pooling/<file>.py`` and use ``@register_pooling(name)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from dmlkit.pooling.registry import create_pooling, list_poolings, register_pooling
+from dmlkit.pooling.simple import GAP, GAPGMP, GMP, GeM, gap, gap_gmp, gem, gmp
+
+__all__ = [
+    "GAP",
+    "GAPGMP",
+    "GMP",
+    "GeM",
+    "create_pooling",
+    "gap",
+    "gap_gmp",
+    "gem",
+    "gmp",
+    "list_poolings",
+    "register_pooling",
+]
+
+
+def _import_submodules() -> None:
+    """Import every module of this package so that their ``@register_pooling`` run."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_submodules()

@@ -1,0 +1,1 @@
+"""Figures of a run: training curves, embedding projections, distance histograms."""

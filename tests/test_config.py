@@ -1,0 +1,66 @@
+"""Configs: YAML + dotted overrides into typed dataclasses; bad keys and types are clear errors."""
+
+import pytest
+import yaml
+
+from dmlkit.config import ExperimentConfig, apply_overrides, dump_config, from_dict, load_config, to_dict
+
+
+def test_defaults_round_trip_through_yaml():
+    cfg = ExperimentConfig()
+    assert from_dict(ExperimentConfig, yaml.safe_load(dump_config(cfg))) == cfg
+
+
+def test_quickstart_config_loads():
+    cfg = load_config("configs/quickstart.yaml")
+    assert cfg.data.name == "glyphs"
+    assert cfg.loss.name == "multi_similarity"
+    assert cfg.model.backbone == "resnet20"
+
+
+def test_dotted_overrides_are_typed():
+    cfg = load_config("configs/quickstart.yaml", ["train.lr=0.5", "train.max_steps=7", "loss.params.alpha=3", "data.max_classes=null"])
+    assert cfg.train.lr == 0.5 and isinstance(cfg.train.lr, float)
+    assert cfg.train.max_steps == 7
+    assert cfg.loss.params == {"alpha": 3}
+    assert cfg.data.max_classes is None
+
+
+def test_int_is_accepted_for_float_but_not_str_for_int():
+    assert from_dict(ExperimentConfig, {"train": {"lr": 1}}).train.lr == 1.0
+    with pytest.raises(ValueError, match="train.max_steps"):
+        from_dict(ExperimentConfig, {"train": {"max_steps": "many"}})
+    with pytest.raises(ValueError, match="train.max_steps"):
+        from_dict(ExperimentConfig, {"train": {"max_steps": True}})
+
+
+def test_unknown_key_lists_valid_keys():
+    with pytest.raises(ValueError) as err:
+        load_config("configs/quickstart.yaml", ["train.learning_rate=0.1"])
+    message = str(err.value)
+    assert "learning_rate" in message and "lr" in message and "max_steps" in message
+
+
+def test_unknown_top_level_section():
+    with pytest.raises(ValueError, match="valid keys are: name, seed"):
+        from_dict(ExperimentConfig, {"trian": {}})
+
+
+def test_override_syntax_errors():
+    with pytest.raises(ValueError, match="key.path=value"):
+        apply_overrides({}, ["train.lr"])
+    with pytest.raises(ValueError, match="is a value, not a section"):
+        apply_overrides({"seed": 1}, ["seed.x=2"])
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_list_values():
+    cfg = load_config(None, ["eval.ks=[1, 5, 10]"])
+    assert cfg.eval.ks == [1, 5, 10]
+    with pytest.raises(ValueError, match=r"eval.ks\[1\]"):
+        load_config(None, ["eval.ks=[1, x]"])
+    assert to_dict(cfg)["eval"]["ks"] == [1, 5, 10]
