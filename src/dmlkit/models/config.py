@@ -1,0 +1,60 @@
+"""Typed config of the embedding model and the one place that builds it from names.
+
+``ModelConfig`` is the ``model:`` section of an experiment YAML; ``build_embedder``
+turns it into an ``Embedder`` (backbone by name, pooling by name with its
+parameters, linear head, normalisation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from dmlkit.models.backbones import TIMM_PREFIX, create_backbone, list_backbones
+from dmlkit.models.embedder import NORMALIZATIONS, Embedder
+from dmlkit.pooling import create_pooling, list_poolings
+
+__all__ = ["ModelConfig", "build_embedder"]
+
+
+@dataclass
+class ModelConfig:
+    """Which network embeds the images.
+
+    Attributes:
+        backbone: a name of ``list_backbones()`` or ``timm:<model_name>``.
+        pooling: a name of ``list_poolings()``.
+        pooling_params: keyword parameters of the pooling (e.g. ``{p: 3}`` for ``gem``).
+        embedding_dim: size of the embedding (128 in the thesis' fair protocol, Sec. 3.3.2.1).
+        normalize: ``l2``, ``lipschitz`` (thesis Sec. 3.2.4) or ``none``.
+        pretrained: load pretrained backbone weights (timm backbones only).
+    """
+
+    backbone: str = "resnet20"
+    pooling: str = "gap"
+    pooling_params: dict[str, Any] = field(default_factory=dict)
+    embedding_dim: int = 128
+    normalize: str = "l2"
+    pretrained: bool = False
+
+
+def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
+    """Build the ``Embedder`` described by ``cfg`` for images with ``in_channels`` channels.
+
+    Raises ``ValueError`` naming the valid values for an unknown backbone,
+    pooling, pooling parameter or normalisation.
+    """
+    if cfg.normalize not in NORMALIZATIONS:
+        raise ValueError(f"unknown model.normalize '{cfg.normalize}'; valid values are: {', '.join(NORMALIZATIONS)}")
+    if cfg.pooling not in list_poolings():
+        raise ValueError(f"unknown model.pooling '{cfg.pooling}'; valid values are: {', '.join(list_poolings())}")
+    if not cfg.backbone.startswith(TIMM_PREFIX) and cfg.backbone not in list_backbones():
+        raise ValueError(
+            f"unknown model.backbone '{cfg.backbone}'; valid values are: {', '.join(list_backbones())}, "
+            f"or '{TIMM_PREFIX}<model_name>' for a timm model"
+        )
+    if not isinstance(cfg.embedding_dim, int) or cfg.embedding_dim < 1:
+        raise ValueError(f"model.embedding_dim must be a positive integer, got {cfg.embedding_dim!r}")
+    backbone = create_backbone(cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained)
+    pooling = create_pooling(cfg.pooling, backbone.out_channels, **dict(cfg.pooling_params))
+    return Embedder(backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize)

@@ -1,0 +1,114 @@
+"""The embedding model: backbone -> local feature map -> pooling -> linear head -> normalisation.
+
+``Embedder`` keeps the four stages of the DML pipeline apart so that each can be
+swapped by name (see ``dmlkit.models.config.build_embedder``) and each
+intermediate result can be read: ``local_features`` (B, C, h, w),
+``pooled_features`` (B, C'), ``forward`` (B, d).  ``encode`` returns all three
+from one pass, for objectives that need the local features too (e.g. GSP's
+zero-shot prediction loss).
+
+Normalisations of the embedding ``v = head(pooled)``:
+
+* ``"l2"``: ``v / ||v||_2`` -- the embeddings of most DML work (thesis
+  Sec. 3.3.2.1: "the embedding vectors are l2 normalized").
+* ``"lipschitz"``: ``v / max(1, ||v||_2)`` -- thesis Sec. 3.2.4 (embedding
+  function): "we apply v/||v||_2 if ||v||_2 >= 1 or no normalization otherwise";
+  unlike the l2 normalisation this map is 1-Lipschitz, so the loss stays
+  Lipschitz continuous (Lemma 3.2.1).
+* ``"none"``: ``v`` unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["NORMALIZATIONS", "Embedder", "EmbedderOutput", "lipschitz_normalize", "normalize_embeddings"]
+
+NORMALIZATIONS = ("l2", "lipschitz", "none")
+
+
+def lipschitz_normalize(v: torch.Tensor) -> torch.Tensor:
+    """``v / max(1, ||v||_2)`` row-wise (thesis Sec. 3.2.4): projects onto the unit ball."""
+    return v / v.norm(dim=-1, keepdim=True).clamp(min=1.0)
+
+
+def normalize_embeddings(v: torch.Tensor, mode: str) -> torch.Tensor:
+    """Apply normalisation ``mode`` (one of ``NORMALIZATIONS``) to the rows of ``v``."""
+    if mode == "l2":
+        return F.normalize(v, p=2, dim=-1)
+    if mode == "lipschitz":
+        return lipschitz_normalize(v)
+    if mode == "none":
+        return v
+    raise ValueError(f"unknown normalize '{mode}'; valid values are: {', '.join(NORMALIZATIONS)}")
+
+
+@dataclass
+class EmbedderOutput:
+    """All intermediate results of one forward pass of an ``Embedder``."""
+
+    local: torch.Tensor  # (B, C, h, w) backbone feature map
+    pooled: torch.Tensor  # (B, C') pooled feature
+    embedding: torch.Tensor  # (B, d) normalised embedding
+
+
+class Embedder(nn.Module):
+    """Backbone, pooling, linear head and normalisation as one module.
+
+    Args:
+        backbone: module mapping images to ``(B, C, h, w)`` with an ``out_channels`` attribute.
+        pooling: module mapping ``(B, C, h, w)`` to ``(B, C')`` with ``output_dim(C) -> C'``.
+        embedding_dim: size ``d`` of the embedding.
+        normalize: ``"l2"`` (default), ``"lipschitz"`` or ``"none"``.
+
+    Attributes:
+        head: the ``nn.Linear(C', d)`` (separate so an optimiser can give it its own learning rate).
+    """
+
+    def __init__(self, backbone: nn.Module, pooling: nn.Module, embedding_dim: int, normalize: str = "l2") -> None:
+        super().__init__()
+        if normalize not in NORMALIZATIONS:
+            raise ValueError(f"unknown normalize '{normalize}'; valid values are: {', '.join(NORMALIZATIONS)}")
+        if not isinstance(embedding_dim, int) or embedding_dim < 1:
+            raise ValueError(f"embedding_dim must be a positive integer, got {embedding_dim!r}")
+        local_dim = getattr(backbone, "out_channels", None)
+        if not isinstance(local_dim, int):
+            raise ValueError("the backbone must expose its channel count as an integer attribute 'out_channels'")
+        if not hasattr(pooling, "output_dim"):
+            raise ValueError("the pooling module must implement output_dim(input_dim) -> int")
+        self.backbone = backbone
+        self.pooling = pooling
+        self.local_dim = local_dim
+        self.pooled_dim = int(pooling.output_dim(local_dim))
+        self.embedding_dim = embedding_dim
+        self.normalize = normalize
+        self.head = nn.Linear(self.pooled_dim, embedding_dim)
+
+    def local_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Backbone feature map ``(B, C, h, w)``."""
+        return self.backbone(x)
+
+    def pooled_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Pooled feature ``(B, C')`` (before the head)."""
+        return self.pooling(self.local_features(x))
+
+    def embed_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Head and normalisation applied to already pooled features ``(B, C') -> (B, d)``."""
+        return normalize_embeddings(self.head(pooled), self.normalize)
+
+    def encode(self, x: torch.Tensor) -> EmbedderOutput:
+        """One pass returning the local map, the pooled feature and the embedding."""
+        local = self.local_features(x)
+        pooled = self.pooling(local)
+        return EmbedderOutput(local=local, pooled=pooled, embedding=self.embed_pooled(pooled))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Embeddings ``(B, embedding_dim)``."""
+        return self.embed_pooled(self.pooled_features(x))
+
+    def extra_repr(self) -> str:
+        return f"local_dim={self.local_dim}, pooled_dim={self.pooled_dim}, normalize={self.normalize!r}"

@@ -1,0 +1,143 @@
+"""The training engine end to end on a few glyph classes: run folder, early stopping, exact resume, faults."""
+
+import json
+
+import pytest
+import torch
+
+from dmlkit.config import load_config
+from dmlkit.engine.callbacks import Callback
+from dmlkit.engine.checkpoint import CheckpointError, load_checkpoint
+from dmlkit.engine.evaluate import evaluate_run
+from dmlkit.engine.trainer import NonFiniteLossError, Trainer
+
+TINY = [
+    "data.max_classes=24",
+    "data.val_fraction=0.25",
+    "model.embedding_dim=16",
+    "train.batch_size=16",
+    "train.m_per_class=4",
+    "train.max_steps=8",
+    "train.val_every=4",
+    "train.log_every=2",
+    "eval.batch_size=128",
+]
+
+
+def tiny_config(*extra):
+    return load_config("configs/quickstart.yaml", TINY + list(extra))
+
+
+class StopAfterValidation(Callback):
+    """Simulates a crash right after the validation (and checkpoint) at ``step``."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_validation_end(self, trainer, metrics):
+        if trainer.state.step == self.step:
+            raise KeyboardInterrupt
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "full"
+    summary = Trainer(tiny_config(), run_dir, quiet=True).fit()
+    return run_dir, summary
+
+
+def test_run_folder_contents(finished_run):
+    run_dir, summary = finished_run
+    for name in ["config.yaml", "metrics.jsonl", "best.pt", "last.pt", "summary.json"]:
+        assert (run_dir / name).is_file(), name
+    for name in ["training_curves.png", "test_embeddings_pca.png", "test_distances.png"]:
+        assert (run_dir / "plots" / name).stat().st_size > 1000
+    assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(summary))
+    test = summary["test"]
+    for key in ["precision_at_1", "recall_at_1", "recall_at_8", "r_precision", "mean_average_precision_at_r", "NMI", "F1"]:
+        assert 0.0 <= test[key] <= 1.0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "val"] == [4, 8]
+    assert [r["step"] for r in records if r["split"] == "train"] == [2, 4, 6, 8]
+    assert records[-1]["split"] == "test"
+
+
+def test_best_weights_are_restored_and_evaluate_matches(finished_run):
+    run_dir, summary = finished_run
+    best = load_checkpoint(run_dir / "best.pt")
+    assert best["step"] == summary["best_step"]
+    metrics = evaluate_run(run_dir, split="test")
+    for key, value in summary["test"].items():
+        assert metrics[key] == pytest.approx(value, abs=1e-6), key
+    assert (run_dir / "eval_test.json").is_file()
+
+
+def test_resume_reaches_the_same_weights_and_metrics(finished_run, tmp_path):
+    run_dir, summary = finished_run
+    interrupted = tmp_path / "interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(tiny_config(), interrupted, callbacks=[StopAfterValidation(4)], quiet=True).fit()
+    assert load_checkpoint(interrupted / "last.pt")["loop"]["step"] == 4
+    resumed = Trainer.resume(interrupted, quiet=True).fit()
+    assert resumed["test"] == pytest.approx(summary["test"], abs=1e-6)
+    full_last = load_checkpoint(run_dir / "last.pt")["model"]
+    resumed_last = load_checkpoint(interrupted / "last.pt")["model"]
+    for key in full_last:
+        torch.testing.assert_close(resumed_last[key], full_last[key], rtol=0, atol=1e-6)
+    steps = [json.loads(line)["step"] for line in (interrupted / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_existing_run_folder_is_not_overwritten(finished_run):
+    run_dir, _ = finished_run
+    before = (run_dir / "best.pt").read_bytes()
+    with pytest.raises(ValueError, match="already holds a run"):
+        Trainer(tiny_config(), run_dir, quiet=True).fit()
+    assert (run_dir / "best.pt").read_bytes() == before
+
+
+class PoisonLoss(Callback):
+    """Makes the objective return NaN from ``step`` on."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_batch_end(self, trainer, batch, outputs):
+        if trainer.state.step == self.step - 1:
+            objective = trainer.objective
+
+            def nan_objective(embeddings, labels, batch=None):
+                total, terms = objective(embeddings, labels, batch)
+                return total * float("nan"), terms
+
+            trainer.objective = nan_objective
+
+
+def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
+    run_dir = tmp_path / "nan"
+    with pytest.raises(NonFiniteLossError, match="step 6"):
+        Trainer(tiny_config(), run_dir, callbacks=[PoisonLoss(6)], quiet=True).fit()
+    assert load_checkpoint(run_dir / "last.pt")["loop"]["step"] == 4
+    assert (run_dir / "best.pt").is_file()
+
+
+def test_checkpoint_of_another_model_is_rejected(finished_run, tmp_path):
+    run_dir, _ = finished_run
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.yaml").write_text((run_dir / "config.yaml").read_text().replace("embedding_dim: 16", "embedding_dim: 32"))
+    (other / "best.pt").write_bytes((run_dir / "best.pt").read_bytes())
+    with pytest.raises(CheckpointError, match="another model"):
+        evaluate_run(other)
+
+
+def test_resume_needs_a_checkpoint(tmp_path):
+    with pytest.raises(ValueError, match="cannot resume"):
+        Trainer.resume(tmp_path)
+
+
+def test_unwritable_run_folder_is_reported_before_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match="not writable"):
+        Trainer(tiny_config(), blocker / "run", quiet=True).fit()
