@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Sampler
 
 from dmlkit.config import ExperimentConfig, dump_config, load_config
-from dmlkit.data import MPerClassBatchSampler, class_disjoint_split, create_dataset
+from dmlkit.data import MPerClassBatchSampler, build_datasets
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, save_checkpoint
 from dmlkit.engine.early_stopping import EarlyStopping
@@ -61,17 +61,14 @@ class LoopState:
 
 
 def build_splits(cfg: ExperimentConfig) -> Splits:
-    """Train / validation (class-disjoint hold-out of the train classes) / test datasets of ``cfg.data``."""
-    d = cfg.data
-    common = dict(root=d.root, seed=cfg.seed, image_size=d.image_size, max_classes=d.max_classes)
-    train = create_dataset(d.name, "train", augment=d.augment, **common)
-    test = create_dataset(d.name, cfg.eval.split, augment=False, **common)
-    if d.val_fraction <= 0:
-        return Splits(train=train, val=test, test=test, val_is_test=True)
-    plain = create_dataset(d.name, "train", augment=False, **common)
-    train_part, _ = class_disjoint_split(train, d.val_fraction)
-    _, val_part = class_disjoint_split(plain, d.val_fraction)
-    return Splits(train=train_part, val=val_part, test=test)
+    """Train / validation (class-disjoint hold-out of the train classes) / test datasets of ``cfg.data``.
+
+    With ``data.val_fraction: 0`` the test split monitors training (the conventional protocol).
+    """
+    sets = build_datasets(cfg.data, seed=cfg.seed, test_split=cfg.eval.split)
+    if "val" not in sets:
+        return Splits(train=sets["train"], val=sets["test"], test=sets["test"], val_is_test=True)
+    return Splits(train=sets["train"], val=sets["val"], test=sets["test"])
 
 
 def build_model(cfg: ExperimentConfig, in_channels: int, num_classes: int) -> tuple[nn.Module, Objective]:

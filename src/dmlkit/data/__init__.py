@@ -1,0 +1,56 @@
+"""Datasets, splits, samplers and augmentation for deep metric learning.
+
+- ``create_dataset(name, split, ...)`` / ``list_datasets()`` / ``prepare_dataset(name)``:
+  the dataset registry (``catalog``); every dataset follows ``DMLDataset`` (``base``).
+- ``glyphs``: the embedded default dataset, Unicode characters rendered in
+  matplotlib's fonts, class-disjoint train / test halves.
+- ``class_disjoint_split`` / ``LabelledSubset``: class-disjoint hold-outs that keep the interface.
+- ``MPerClassBatchSampler``: batches of ``batch_size / m`` classes x ``m`` images.
+- ``GlyphAugment``: seeded augmentation with torch ops, per image or per batch.
+
+Nothing here imports model or training code.
+"""
+
+from dmlkit.data.base import DMLDataset, check_dataset, no_categories
+from dmlkit.data.cache import cache_root
+from dmlkit.data.catalog import (
+    DATASETS,
+    build_datasets,
+    create_dataset,
+    dataset_splits,
+    list_datasets,
+    prepare_dataset,
+)
+from dmlkit.data.config import DataConfig
+from dmlkit.data.glyphs import GLYPHS_MEAN, GLYPHS_STD, GlyphsDataset, glyphs_cache_path, prepare_glyphs
+from dmlkit.data.samplers import MPerClassBatchSampler
+from dmlkit.data.seeding import derive_seed, make_generator
+from dmlkit.data.splits import LabelledSubset, class_disjoint_split, subset_classes
+from dmlkit.data.transforms import GlyphAugment, GlyphAugmentConfig
+
+__all__ = [
+    "DATASETS",
+    "DMLDataset",
+    "DataConfig",
+    "GLYPHS_MEAN",
+    "GLYPHS_STD",
+    "GlyphAugment",
+    "GlyphAugmentConfig",
+    "GlyphsDataset",
+    "LabelledSubset",
+    "MPerClassBatchSampler",
+    "build_datasets",
+    "cache_root",
+    "check_dataset",
+    "class_disjoint_split",
+    "create_dataset",
+    "dataset_splits",
+    "derive_seed",
+    "glyphs_cache_path",
+    "list_datasets",
+    "make_generator",
+    "no_categories",
+    "prepare_dataset",
+    "prepare_glyphs",
+    "subset_classes",
+]

@@ -1,0 +1,48 @@
+"""Where dmlkit keeps prepared data, and atomic writes into it.
+
+The cache root is ``$DMLKIT_CACHE`` when set, else ``~/.cache/dmlkit``; each
+dataset keeps its files in a sub-folder named after it (``<root>/glyphs``),
+unless the caller passes its own folder (the ``root`` argument of the
+datasets). Files are written to a temporary name in the same folder and moved
+into place with ``os.replace``, so a reader never sees half a file, and two
+processes preparing the same data at once both end with a complete one.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def cache_root() -> Path:
+    """dmlkit's cache folder: ``$DMLKIT_CACHE`` if set (and non-empty), else ``~/.cache/dmlkit``."""
+    env = os.environ.get("DMLKIT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "dmlkit"
+
+
+def dataset_dir(name: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of dataset ``name``: ``root`` itself when given, else ``cache_root() / name``."""
+    return Path(root).expanduser() if root is not None else cache_root() / name
+
+
+def save_npz_atomic(path: Path, arrays: dict[str, Any], compress: bool = True) -> None:
+    """Write ``arrays`` as an ``.npz`` at ``path`` atomically (temporary file + ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with open(tmp, "xb") as f:  # a fresh name in the same folder (same file system), umask applies
+            (np.savez_compressed if compress else np.savez)(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

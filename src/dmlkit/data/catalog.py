@@ -1,0 +1,90 @@
+"""The dataset registry: ``create_dataset(name, split, ...)``, ``list_datasets()``, ``prepare_dataset(name)``.
+
+A dataset registers its ``DMLDataset`` subclass under a name; the class names
+its splits in ``SPLITS`` and makes its data available in ``prepare``. Adding a
+dataset = one ``DATASETS.register(...)`` line below.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from dmlkit.data.base import DMLDataset
+from dmlkit.data.config import DataConfig
+from dmlkit.data.glyphs import GlyphsDataset
+from dmlkit.data.splits import class_disjoint_split, subset_classes
+from dmlkit.registry import Registry, check_kwargs
+
+DATASETS: Registry[DMLDataset] = Registry("dataset")
+DATASETS.register("glyphs", GlyphsDataset)
+
+
+def list_datasets() -> list[str]:
+    """Names accepted by ``create_dataset``."""
+    return DATASETS.names()
+
+
+def dataset_splits(name: str) -> tuple[str, ...]:
+    """The splits of dataset ``name``."""
+    return tuple(getattr(DATASETS.get(name), "SPLITS", ()))
+
+
+def create_dataset(
+    name: str,
+    split: str,
+    root: str | Path | None = None,
+    seed: int = 0,
+    augment: bool = False,
+    image_size: int = 32,
+    max_classes: int | None = None,
+    **kwargs: Any,
+) -> DMLDataset:
+    """Split ``split`` of dataset ``name``, following the ``DMLDataset`` interface.
+
+    ``max_classes`` keeps the first classes of the split (natively where the
+    dataset supports it, else as a ``LabelledSubset``); other keyword arguments
+    go to the dataset's constructor. Unknown names, splits or arguments raise
+    ``ValueError`` listing the valid ones.
+    """
+    factory = DATASETS.get(name)
+    splits = dataset_splits(name)
+    if split not in splits:
+        raise ValueError(f"unknown split '{split}' of dataset '{name}'; valid splits are: {', '.join(splits)}")
+    if max_classes is not None and (isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1):
+        raise ValueError(f"max_classes must be a positive int or None, got {max_classes!r}")
+    args = dict(split=split, root=root, seed=seed, augment=augment, image_size=image_size, **kwargs)
+    native = "max_classes" in inspect.signature(factory).parameters
+    if native:
+        args["max_classes"] = max_classes
+    check_kwargs(factory, args, f"dataset '{name}'")
+    dataset = factory(**args)
+    if max_classes is not None and not native and max_classes < dataset.num_classes:
+        dataset = subset_classes(dataset, range(max_classes))
+    return dataset
+
+
+def prepare_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> Path | None:
+    """Make dataset ``name`` available (glyphs: render and cache); return its folder or file."""
+    factory = DATASETS.get(name)
+    prepare = getattr(factory, "prepare")
+    check_kwargs(prepare, kwargs, f"prepare_dataset('{name}')")
+    return prepare(root=root, **kwargs)
+
+
+def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") -> dict[str, DMLDataset]:
+    """The ``train`` / ``val`` / ``test`` datasets of ``config`` (``val`` only if ``val_fraction > 0``).
+
+    ``val`` holds the last ``val_fraction`` of the train classes and is never
+    augmented; ``train`` keeps the other train classes and is augmented if
+    ``config.augment``; ``test`` is the (un-augmented) ``test_split``.
+    """
+    common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes)
+    train = create_dataset(config.name, "train", augment=config.augment, **common)
+    out: dict[str, DMLDataset] = {"train": train}
+    if config.val_fraction > 0:
+        train_part, val_part = class_disjoint_split(train, config.val_fraction)
+        out["train"], out["val"] = train_part, val_part.with_augment(False)
+    out["test"] = create_dataset(config.name, test_split, augment=False, **common)
+    return out

@@ -1,0 +1,46 @@
+"""The data section of an experiment config (``data:`` in YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class DataConfig:
+    """Which dataset, at which size, and how it is split and loaded.
+
+    Attributes:
+        name: a registered dataset (``dmlkit.data.list_datasets()``).
+        root: the dataset's folder; ``None`` = ``$DMLKIT_CACHE/<name>`` or ``~/.cache/dmlkit/<name>``.
+        image_size: image side in pixels.
+        val_fraction: fraction of the *train classes* held out, class-disjoint, for
+            validation (early stopping, model selection); 0 disables it.
+        max_classes: keep only the first ``max_classes`` classes of each split (quick runs);
+            ``None`` keeps all. The validation hold-out is taken from the capped train classes.
+        augment: random augmentation of the training images.
+        num_workers: ``DataLoader`` worker processes (0 = load in the main process).
+    """
+
+    name: str = "glyphs"
+    root: str | None = None
+    image_size: int = 32
+    val_fraction: float = 0.2
+    max_classes: int | None = None
+    augment: bool = True
+    num_workers: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"data.name must be a dataset name, got {self.name!r}")
+        if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 8:
+            raise ValueError(f"data.image_size must be an int >= 8, got {self.image_size!r}")
+        if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) or not (
+            0.0 <= self.val_fraction < 1.0
+        ):
+            raise ValueError(f"data.val_fraction must lie in [0, 1) (0 disables validation), got {self.val_fraction!r}")
+        if self.max_classes is not None and (
+            isinstance(self.max_classes, bool) or not isinstance(self.max_classes, int) or self.max_classes < 1
+        ):
+            raise ValueError(f"data.max_classes must be a positive int or null, got {self.max_classes!r}")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ValueError(f"data.num_workers must be an int >= 0, got {self.num_workers!r}")

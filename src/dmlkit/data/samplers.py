@@ -1,0 +1,141 @@
+"""Batch samplers for metric learning: every batch holds several classes with several images each.
+
+``MPerClassBatchSampler`` builds each batch from ``batch_size // m`` distinct
+classes and ``m`` images of each, so every batch contains positive pairs for
+pair/triplet losses and miners. Its batches are a pure function of
+``(seed, epoch)`` (a ``torch.Generator``, no global RNG), so a run resumed from
+``state_dict()`` replays exactly the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Sampler
+
+from dmlkit.data.seeding import make_generator
+
+
+class MPerClassBatchSampler(Sampler[list[int]]):
+    """Yield ``batches_per_epoch`` batches of ``batch_size // m`` classes x ``m`` indices each.
+
+    Args:
+        labels: class label of every dataset item (tensor, array or sequence of ints).
+        batch_size: indices per batch; a multiple of ``m``.
+        m: images per class in a batch. A class with fewer than ``m`` images is
+            sampled with replacement; otherwise its ``m`` images are distinct.
+        seed: base seed; epoch ``e`` draws from ``derive_seed(seed, e)``.
+        batches_per_epoch: batches per ``iter()``; default ``len(labels) // batch_size`` (at least 1).
+
+    Classes are visited in a running random order: every class is used once
+    before any class is used again (across batch boundaries within an epoch),
+    and the classes of one batch are distinct. Indices of a batch are grouped
+    by class, ``m`` at a time. Call ``set_epoch(e)`` before iterating epoch ``e``
+    (as with ``DistributedSampler``); iterating twice without it replays the epoch.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | Tensor | np.ndarray,
+        batch_size: int,
+        m: int,
+        seed: int = 0,
+        batches_per_epoch: int | None = None,
+    ) -> None:
+        lab = torch.as_tensor(np.asarray(labels.cpu() if isinstance(labels, Tensor) else labels))
+        if lab.dim() != 1 or lab.numel() == 0:
+            raise ValueError("labels must be a non-empty 1-d sequence of class ids")
+        if lab.is_floating_point() or lab.dtype == torch.bool:
+            raise ValueError(f"labels must be integers, got dtype {lab.dtype}")
+        lab = lab.long()
+        for name, value in (("batch_size", batch_size), ("m", m)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if batch_size % m:
+            raise ValueError(
+                f"batch_size={batch_size} is not a multiple of m={m}; each batch holds batch_size/m classes "
+                f"with m images each (e.g. batch_size={max(m, batch_size // m * m)})"
+            )
+        classes, inverse = torch.unique(lab, return_inverse=True)
+        self.classes_per_batch = batch_size // m
+        if self.classes_per_batch > classes.numel():
+            raise ValueError(
+                f"batch_size/m = {self.classes_per_batch} classes per batch, but the labels hold only "
+                f"{classes.numel()} classes; lower batch_size or raise m (batch_size <= {classes.numel() * m})"
+            )
+        if batches_per_epoch is None:
+            batches_per_epoch = max(1, lab.numel() // batch_size)
+        elif isinstance(batches_per_epoch, bool) or not isinstance(batches_per_epoch, int) or batches_per_epoch < 1:
+            raise ValueError(f"batches_per_epoch must be a positive int or None, got {batches_per_epoch!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+
+        self.labels = lab
+        self.batch_size = batch_size
+        self.m = m
+        self.seed = seed
+        self.batches_per_epoch = batches_per_epoch
+        self.epoch = 0
+        self.classes = classes
+        order = torch.argsort(inverse, stable=True)
+        counts = torch.bincount(inverse, minlength=classes.numel())
+        self._members = list(torch.split(order, counts.tolist()))  # item indices of each class
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self.batches(self.epoch)
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """All batches of ``epoch`` (what ``iter()`` yields after ``set_epoch(epoch)``)."""
+        g = make_generator(self.seed, epoch)
+        n_classes, k, m = len(self._members), self.classes_per_batch, self.m
+        queue: list[int] = []  # the current round of classes, consumed from position ``pos``
+        pos = 0
+        out: list[list[int]] = []
+        for _ in range(self.batches_per_epoch):
+            chosen: list[int] = []
+            while len(chosen) < k:
+                if pos == len(queue):
+                    # A new round; classes already in this batch go to its end. The batch needs at
+                    # most n_classes - len(chosen) more, so it never reaches them.
+                    perm = torch.randperm(n_classes, generator=g).tolist()
+                    taken = set(chosen)
+                    queue = [c for c in perm if c not in taken] + [c for c in perm if c in taken]
+                    pos = 0
+                chosen.append(queue[pos])
+                pos += 1
+            batch: list[int] = []
+            for c in chosen:
+                members = self._members[c]
+                n = members.numel()
+                if n >= m:
+                    pick = torch.randperm(n, generator=g)[:m]
+                else:
+                    pick = torch.randint(n, (m,), generator=g)
+                batch.extend(members[pick].tolist())
+            out.append(batch)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"seed", "epoch"}``: all that determines the batches (with the labels and sizes)."""
+        return {"seed": self.seed, "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = {"seed", "epoch"} - set(state)
+        if missing:
+            raise ValueError(f"sampler state lacks {sorted(missing)}; expected the keys seed and epoch")
+        if isinstance(state["seed"], bool) or not isinstance(state["seed"], int):
+            raise ValueError(f"sampler state seed must be an int, got {state['seed']!r}")
+        self.seed = state["seed"]
+        self.set_epoch(state["epoch"])
+
