@@ -10,18 +10,9 @@ from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import CheckpointError, load_checkpoint
 from dmlkit.engine.evaluate import evaluate_run
 from dmlkit.engine.trainer import NonFiniteLossError, Trainer
+from tests_helpers import TINY_OVERRIDES
 
-TINY = [
-    "data.max_classes=24",
-    "data.val_fraction=0.25",
-    "model.embedding_dim=16",
-    "train.batch_size=16",
-    "train.m_per_class=4",
-    "train.max_steps=8",
-    "train.val_every=4",
-    "train.log_every=2",
-    "eval.batch_size=128",
-]
+TINY = TINY_OVERRIDES
 
 
 def tiny_config(*extra):

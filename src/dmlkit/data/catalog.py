@@ -14,11 +14,13 @@ from typing import Any
 from dmlkit.data.base import DMLDataset
 from dmlkit.data.config import DataConfig
 from dmlkit.data.glyphs import GlyphsDataset
+from dmlkit.data.image_folder import ImageFolderDataset
 from dmlkit.data.splits import class_disjoint_split, subset_classes
 from dmlkit.registry import Registry, check_kwargs
 
 DATASETS: Registry[DMLDataset] = Registry("dataset")
 DATASETS.register("glyphs", GlyphsDataset)
+DATASETS.register("image_folder", ImageFolderDataset)
 
 
 def list_datasets() -> list[str]:
@@ -80,7 +82,7 @@ def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") 
     augmented; ``train`` keeps the other train classes and is augmented if
     ``config.augment``; ``test`` is the (un-augmented) ``test_split``.
     """
-    common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes)
+    common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
     train = create_dataset(config.name, "train", augment=config.augment, **common)
     out: dict[str, DMLDataset] = {"train": train}
     if config.val_fraction > 0:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -19,6 +20,7 @@ class DataConfig:
             ``None`` keeps all. The validation hold-out is taken from the capped train classes.
         augment: random augmentation of the training images.
         num_workers: ``DataLoader`` worker processes (0 = load in the main process).
+        params: further keyword arguments of the dataset's constructor (e.g. ``channels`` of ``image_folder``).
     """
 
     name: str = "glyphs"
@@ -28,6 +30,7 @@ class DataConfig:
     max_classes: int | None = None
     augment: bool = True
     num_workers: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

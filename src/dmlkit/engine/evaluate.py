@@ -10,7 +10,7 @@ from dmlkit.data import create_dataset
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.run_folder import RunFolder, write_json_atomic
-from dmlkit.engine.trainer import build_model
+from dmlkit.engine.trainer import build_model, build_splits
 from dmlkit.evaluation import clustering_metrics, retrieval_metrics
 
 
@@ -32,9 +32,9 @@ def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
     cfg = load_config(folder.config)
     d = cfg.data
-    dataset = create_dataset(d.name, split, root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes)
-    train = create_dataset(d.name, "train", root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes)
-    model, _ = build_model(cfg, dataset.in_channels, train.num_classes)
+    common = dict(root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes, **d.params)
+    dataset = create_dataset(d.name, split, **common)
+    model, _ = build_model(cfg, dataset.in_channels, build_splits(cfg).train.num_classes)
     load_model_state(model, load_checkpoint(checkpoint)["model"], str(checkpoint))
     embeddings, labels = embed_dataset(model, dataset, cfg.eval.batch_size)
     metrics = retrieval_metrics(embeddings, labels, ks=tuple(cfg.eval.ks))

@@ -217,7 +217,7 @@ class Trainer:
         total, terms = self.objective(embeddings, labels, batch)
         if not torch.isfinite(total):
             raise NonFiniteLossError(
-                f"the loss became {float(total)} at step {self.state.step} (terms: {terms}); "
+                f"the loss became {float(total.detach())} at step {self.state.step} (terms: {terms}); "
                 f"the last good checkpoint is kept in '{self.folder.last_checkpoint}'. "
                 "Lower train.lr or set train.grad_clip, then resume or restart."
             )
