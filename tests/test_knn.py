@@ -22,7 +22,7 @@ def brute_knn(query, k, reference=None, exclude_self=False):
     """Full float64 distance matrix, sorted: the obviously-correct reference."""
     q = torch.as_tensor(query, dtype=torch.float64)
     r = q if reference is None else torch.as_tensor(reference, dtype=torch.float64)
-    d = torch.cdist(q, r)
+    d = torch.cdist(q, r, compute_mode="donot_use_mm_for_euclid_dist")
     if exclude_self:
         i = torch.arange(q.shape[0])
         d[i, i] = float("inf")
@@ -61,7 +61,6 @@ def randn(*shape, seed=0):
 @pytest.mark.parametrize(
     "n,d,k,block",
     [
-        (1, 3, 1, 2**20),  # a single point against itself (no exclusion)
         (7, 3, 3, 2**20),  # fewer rows than a group
         (100, 5, 4, 2**20),  # one ragged block
         (531, 8, 9, 96 * 96 * 4),  # several blocks, ragged last block
@@ -70,8 +69,6 @@ def randn(*shape, seed=0):
 )
 @pytest.mark.parametrize("exclude", [True, False])
 def test_self_search_matches_brute_force(method, n, d, k, block, exclude):
-    if exclude and k > n - 1:
-        pytest.skip("not enough points")
     x = randn(n, d, seed=n + k)
     res = knn(x, k, exclude_self=exclude, max_block_bytes=block, method=method)
     check_exact(res, x, k, exclude_self=exclude)
@@ -102,6 +99,14 @@ def test_reference_none_excludes_self_by_default_and_k_can_be_everything():
     assert (res.distances[:, 0] == 0).all()  # direct differences: self is exactly 0
 
 
+def test_a_single_point():
+    x = torch.ones(1, 3)
+    res = knn(x, 1, exclude_self=False)
+    assert res.indices.tolist() == [[0]] and res.distances.tolist() == [[0.0]]
+    with pytest.raises(ValueError, match="between 1 and 0"):
+        knn(x, 1)
+
+
 def test_duplicates_are_found_but_own_index_is_not():
     x = torch.tensor([[0.0, 0.0], [0.0, 0.0], [5.0, 5.0], [5.0, 5.0], [9.0, 0.0]])
     res = knn(x, 1)
@@ -110,13 +115,31 @@ def test_duplicates_are_found_but_own_index_is_not():
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_near_duplicates_far_from_the_origin_are_ranked_exactly(method):
-    """The float32 expansion |q|^2 + |r|^2 - 2 q.r cannot rank these (its rounding
-    error is ~1e-2 here, the squared distances ~1e-4); the certificate sends the
-    queries to the float64 re-search."""
-    x = (100.0 + 1e-2 * randn(150, 3, seed=9).double()).float()
-    res = knn(x, 5, method=method)
-    check_exact(res, x, 5, exclude_self=True, atol=1e-6)
+def test_expansion_failures_are_caught_by_the_certificate(method, monkeypatch):
+    """Two tight clusters 2000 apart: centring cannot shrink the norms (~1e6), so
+    the float32 expansion |q|^2 + |r|^2 - 2 q.r (rounding ~1e0) cannot rank
+    neighbours ~1e-2 apart; the certificate must send the queries to float64."""
+    calls = []
+    real = knn_module._float64_rows
+
+    def spy(q, r, rows, *args):
+        calls.append(len(rows))
+        return real(q, r, rows, *args)
+
+    monkeypatch.setattr(knn_module, "_float64_rows", spy)
+    z = 1e-2 * randn(160, 3, seed=9)
+    z[:80, 0] += 1000.0
+    z[80:, 0] -= 1000.0
+    res = knn(z, 5, method=method)
+    assert calls and sum(calls) > 80
+    check_exact(res, z, 5, exclude_self=True, atol=1e-6)
+    res = knn(z[:50], 4, z, method=method)
+    check_exact(res, z[:50], 4, z, atol=1e-6)
+
+
+def test_large_common_offset_is_centred_away():
+    x = 1000.0 + randn(400, 8, seed=10)
+    check_exact(knn(x, 6), x, 6, exclude_self=True, atol=1e-4)
 
 
 def test_squared_distances_and_numpy_inputs():

@@ -88,9 +88,10 @@ def tie_bounds(
 ) -> tuple[dict[str, float], dict[str, float], int]:
     """Range of the self-retrieval metrics over float32-tied neighbour orders.
 
-    Neighbours of each query (nearest ``max R + 1``, by direct-difference float32
-    distances) are split into groups of consecutive neighbours whose squared
-    distances differ by at most ``rtol * (|q|^2 + |r|^2)``. Putting the
+    The exact neighbours of each query (the nearest ``max R + 1``) are split
+    into groups of consecutive neighbours whose squared distances differ by at
+    most ``rtol * (|q|^2 + |r|^2)``, the size of the float32 rounding error of
+    faiss' expansion ``|q|^2 + |r|^2 - 2 q.r`` that PML's search ranks by. Putting the
     same-label neighbours first (last) inside every group gives the highest
     (lowest) value of every metric, since all of them reward same-label items
     earlier. Returns ``(low, high, number of queries whose order matters)``.
@@ -316,9 +317,8 @@ def format_table(r: dict[str, Any]) -> str:
         f"retrieval metrics, n={r['n']} dim={r['dim']} labels={r['num_labels']} "
         f"(max class size {r['max_bin_count']}, {r['singleton_labels']} singletons), seed={r['seed']}",
         f"measured: {r['mode']}; memory = peak RSS during the call minus RSS before it ({r['memory_probe']})",
-        f"machine: {r['cpus']} CPUs, torch threads {r['torch_threads']}, 1-min load average "
-        f"{r['load_before']} before / {r['load_after']} after"
-        + (" (other work was running: timings are contended)" if max(r["load_before"], r["load_after"]) > 1.5 else ""),
+        f"machine: {r['cpus']} CPUs, torch threads {r['torch_threads']}; 1-min load average "
+        f"{r['load_before']} before / {r['load_after']} after (this run's own threads included)",
         "",
         f"{'':30s}{'dmlkit':>14s}{'PML':>14s}",
         f"{'time (s)':30s}{r['dmlkit_seconds']:14.2f}{r['pml_seconds']:14.2f}",

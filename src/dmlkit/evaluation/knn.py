@@ -566,11 +566,11 @@ def _search(
        distance of at least ``e`` (the worst collected one), so a true squared
        distance of at least ``e - delta`` with ``delta = 5 gamma_{d+2}
        (|q - m|^2 + max |r - m|^2)`` the rounding bound of the expansion of the
-       vectors centred on the reference mean ``m``. When
-       ``e - delta`` exceeds the k-th recomputed distance the k kept are the
-       exact k nearest. Queries that fail the
-       certificate (near-duplicates far from the origin, say) are searched again
-       in float64.
+       vectors centred on the reference mean ``m``. When ``e - delta``
+       exceeds the k-th recomputed distance the k kept are the exact k
+       nearest. Queries that fail the certificate (tight clusters far from the
+       mean, say) collect their ``k'`` candidates again with a float64
+       expansion, re-ranked the same way.
     """
     ref = q if r is None else r
     available = ref.n - int(exclude_self)
@@ -604,23 +604,24 @@ def _search(
             kth = d2[:, -1] * (1.0 + 1e-12)  # float64 direct differences
             failed = torch.nonzero(worst_collected - delta <= kth).flatten()
             if failed.numel():
-                fi, fd = _float64_rows(q, ref, failed, k, exclude_self, budget, shift)
-                idx[failed] = fi
-                d2[failed] = fd
+                fi = _float64_rows(q, ref, failed, kc, exclude_self, budget, shift)
+                fd = _exact_distances(q, ref, fi, budget, workers, rows=failed)
+                fd, order = torch.sort(fd, dim=1, stable=True)
+                idx[failed] = fi.gather(1, order)[:, :k]
+                d2[failed] = fd[:, :k]
     return idx, d2.float()
 
 
 def _float64_rows(
     q: _Source, r: _Source, rows: torch.Tensor, k: int, exclude_self: bool, max_block_bytes: int,
     shift: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-``k`` of the given query rows in float64 (centred expansion),
-    against all references, in blocks of at most ``max_block_bytes``."""
+) -> torch.Tensor:
+    """Indices of the ``k`` nearest references of the given query rows by the
+    float64 centred expansion, in blocks of at most ``max_block_bytes``."""
     shift = shift.double()
     row_chunk = max(1, min(len(rows), 1024))
     col_block = max(1, max_block_bytes // (8 * row_chunk))
     out_i = torch.empty(len(rows), k, dtype=torch.int64)
-    out_v = torch.empty(len(rows), k, dtype=torch.float64)
     for c0 in range(0, len(rows), row_chunk):
         sub = rows[c0 : c0 + row_chunk]
         qx = (q.rows_at(sub) if q._lazy else q.rows(0, q.n)[sub]).double() - shift
@@ -639,8 +640,7 @@ def _float64_rows(
             best_v, sel = torch.topk(cv, min(k, cv.shape[1]), dim=1, largest=False)
             best_i = ci.gather(1, sel)
         out_i[c0 : c0 + len(sub)] = best_i
-        out_v[c0 : c0 + len(sub)] = best_v
-    return out_i, out_v
+    return out_i
 
 
 def _check_k(k: object, n_reference: int, exclude_self: bool) -> int:
@@ -680,26 +680,33 @@ def _check_pair(q: _Source, r: _Source, exclude_self: bool) -> None:
 
 
 def _exact_distances(
-    q: _Source, r: _Source, idx: torch.Tensor, max_block_bytes: int, workers: _Workers
+    q: _Source,
+    r: _Source,
+    idx: torch.Tensor,
+    max_block_bytes: int,
+    workers: _Workers,
+    rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Squared distances ``|q_i - r_idx[i, j]|^2`` by direct differences in float64
-    (exact to ~1e-16 relative for the float32 inputs)."""
+    (exact to ~1e-16 relative for the float32 inputs). ``rows``: the query row of
+    each line of ``idx`` (sorted), when not all queries in order."""
     n, k = idx.shape
-    rows = max(1, max_block_bytes // max(1, 8 * k * q.d))
+    chunk_rows = max(1, max_block_bytes // max(1, 8 * k * q.d))
     out = torch.empty(n, k, dtype=torch.float64)
 
+    def gather(src: _Source, index: torch.Tensor) -> torch.Tensor:
+        if src._lazy:
+            uniq, inv = torch.unique(index, return_inverse=True)
+            return src.rows_at(uniq).double()[inv]
+        return src.rows(0, src.n)[index].double()
+
     def chunk(a0: int) -> None:
-        a1 = min(n, a0 + rows)
-        sel = idx[a0:a1]
-        if r._lazy:
-            uniq, inv = torch.unique(sel, return_inverse=True)
-            neigh = r.rows_at(uniq).double()[inv]
-        else:
-            neigh = r.rows(0, r.n)[sel].double()
-        diff = neigh.sub_(q.rows(a0, a1).double().unsqueeze(1))
+        a1 = min(n, a0 + chunk_rows)
+        queries = q.rows(a0, a1).double() if rows is None else gather(q, rows[a0:a1])
+        diff = gather(r, idx[a0:a1]).sub_(queries.unsqueeze(1))
         out[a0:a1] = diff.pow_(2).sum(dim=2)
 
-    workers.run(chunk, range(0, n, rows))
+    workers.run(chunk, range(0, n, chunk_rows))
     return out
 
 

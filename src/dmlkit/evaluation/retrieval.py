@@ -36,10 +36,11 @@ Conventions:
   for small query sets (faiss 1.15: ``n_query * d < 128000``) and by the
   float32 expansion ``|q|^2 + |r|^2 - 2 q.r`` above that. The values are then
   equal to PML's except for queries whose same-label and different-label
-  neighbours are tied within float32 rounding of that expansion; PML's own
+  neighbours are tied within float32 rounding of that expansion, and PML's own
   values for such queries change with faiss' BLAS block sizes and thread
-  count. On 60,502 SOP-sized random embeddings about one query in 30,000 is
-  such a tie (see ``dmlkit.bench.retrieval``).
+  count. (On the 60,502 x 128 data of ``dmlkit.bench.retrieval``, dmlkit and
+  PML agree exactly; changing faiss' block sizes from 4096/1024 to 1000/1500
+  flips one query and moves PML's P@1 by 1/60,099.)
 * ``reference=None`` uses the queries as their own references and never
   returns a query as its own neighbour (PML's ``ref_includes_query=True``).
   With ``ref_includes_query=True`` and an explicit reference, the first
