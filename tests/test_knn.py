@@ -237,3 +237,17 @@ def test_non_finite_memmap_rows_raise(tmp_path):
     mm[33, 1] = np.nan
     with pytest.raises(ValueError, match="NaN or infinite"):
         knn(mm, 2)
+
+
+@pytest.mark.parametrize("method", ["filter", "dense"])
+def test_exact_ties_go_to_the_smaller_reference_index(method):
+    # Many exact duplicates (as in glyph classes rendered alike in some fonts): a stable
+    # brute-force sort and faiss order tied distances by index, and so must we.
+    gen = torch.Generator().manual_seed(5)
+    base = torch.nn.functional.normalize(torch.randn(40, 8, generator=gen), dim=1)
+    x = base[torch.randint(40, (600,), generator=gen)]
+    result = knn(x, 6, method=method, max_block_bytes=64 * 1024)
+    d = (x.double()[:, None] - x.double()[None]).pow(2).sum(-1)  # exact: duplicates are 0
+    d.fill_diagonal_(float("inf"))
+    expected = torch.sort(d, dim=1, stable=True).indices[:, :6]
+    assert torch.equal(result.indices, expected)

@@ -35,8 +35,8 @@ reduced straight into a running ``(n_query, k')`` top-k table.
     recomputed distance is below ``e - delta`` has its exact ``k`` nearest; the
     others (near-duplicates far from the origin, where the expansion cancels
     catastrophically) are searched again in float64. So results are exact for
-    the float32 inputs (ranked by float64 distances; only exactly tied
-    distances are ordered arbitrarily).
+    the float32 inputs (ranked by float64 distances; exact ties go to the
+    smaller reference index, as in a stable brute-force sort).
 
 Exclusion of the query itself (``exclude_self``)
     With ``exclude_self=True`` the reference with the same index as the query
@@ -592,8 +592,7 @@ def _search(
         else:
             top = _filter_cross(q, ref, kc, exclude_self, block, workers, shift)
         d2 = _exact_distances(q, ref, top.idx, budget, workers)
-        d2, order = torch.sort(d2, dim=1, stable=True)
-        idx = top.idx.gather(1, order)
+        d2, idx = _rank(d2, top.idx)
         d2, idx = d2[:, :k].contiguous(), idx[:, :k].contiguous()
         if kc < available:
             qn = _sq_norms(q, block, shift)
@@ -606,18 +605,27 @@ def _search(
             if failed.numel():
                 fi = _float64_rows(q, ref, failed, kc, exclude_self, budget, shift)
                 fd = _exact_distances(q, ref, fi, budget, workers, rows=failed)
-                fd, order = torch.sort(fd, dim=1, stable=True)
-                idx[failed] = fi.gather(1, order)[:, :k]
+                fd, fi = _rank(fd, fi)
+                idx[failed] = fi[:, :k]
                 d2[failed] = fd[:, :k]
     return idx, d2.float()
+
+
+def _rank(d2: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort each row's candidates by distance, breaking exact ties by the smaller
+    reference index (the order of a brute-force stable sort, and of faiss)."""
+    by_index = idx.argsort(dim=1, stable=True)
+    d2, idx = d2.gather(1, by_index), idx.gather(1, by_index)
+    d2, order = torch.sort(d2, dim=1, stable=True)
+    return d2, idx.gather(1, order)
 
 
 def _float64_rows(
     q: _Source, r: _Source, rows: torch.Tensor, k: int, exclude_self: bool, max_block_bytes: int,
     shift: torch.Tensor,
 ) -> torch.Tensor:
-    """Indices of the ``k`` nearest references of the given query rows by the
-    float64 centred expansion, in blocks of at most ``max_block_bytes``."""
+    """Indices of the ``k`` nearest references of the given query rows by float64
+    direct differences (ties to the smaller index), in blocks of at most ``max_block_bytes``."""
     shift = shift.double()
     row_chunk = max(1, min(len(rows), 1024))
     col_block = max(1, max_block_bytes // (8 * row_chunk))
@@ -625,20 +633,22 @@ def _float64_rows(
     for c0 in range(0, len(rows), row_chunk):
         sub = rows[c0 : c0 + row_chunk]
         qx = (q.rows_at(sub) if q._lazy else q.rows(0, q.n)[sub]).double() - shift
-        qn = qx.pow(2).sum(dim=1, keepdim=True)
         best_v = torch.full((len(sub), k), float("inf"), dtype=torch.float64)
         best_i = torch.full((len(sub), k), -1, dtype=torch.int64)
         for b0 in range(0, r.n, col_block):
             b1 = min(r.n, b0 + col_block)
             rx = r.rows(b0, b1).double() - shift
-            d = (qn + rx.pow(2).sum(dim=1)[None, :]).addmm_(qx, rx.t(), alpha=-2.0).clamp_(min=0.0)
+            # Direct differences, not the expansion: exact duplicates get exactly 0.
+            d = torch.cdist(qx, rx, compute_mode="donot_use_mm_for_euclid_dist").pow_(2)
             if exclude_self:
                 own = (sub >= b0) & (sub < b1)
                 d[own.nonzero().flatten(), sub[own] - b0] = float("inf")
             cv = torch.cat([best_v, d], dim=1)
             ci = torch.cat([best_i, torch.arange(b0, b1).expand(len(sub), -1)], dim=1)
-            best_v, sel = torch.topk(cv, min(k, cv.shape[1]), dim=1, largest=False)
-            best_i = ci.gather(1, sel)
+            # A stable sort keeps (distance, index) order: kept candidates come from
+            # earlier blocks (smaller indices) and each block is in index order.
+            best_v, sel = torch.sort(cv, dim=1, stable=True)
+            best_v, best_i = best_v[:, :k], ci.gather(1, sel[:, :k])
         out_i[c0 : c0 + len(sub)] = best_i
     return out_i
 
