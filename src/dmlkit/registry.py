@@ -7,7 +7,9 @@ config selects a variant and an unknown name is an error listing the valid ones.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from typing import Any, Callable, Generic, TypeVar
 
 T = TypeVar("T")
@@ -62,3 +64,14 @@ def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], what: str)
         raise ValueError(
             f"{what} got unknown parameter(s) {unknown}; valid parameters are: {', '.join(valid)}"
         )
+
+
+def import_submodules(package: str, path: list[str]) -> None:
+    """Import every public module of ``package`` so that their registration decorators run.
+
+    A package's ``__init__`` calls ``import_submodules(__name__, __path__)``: a new
+    component file then registers itself without editing any list.
+    """
+    for info in sorted(pkgutil.iter_modules(path), key=lambda i: i.name):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{package}.{info.name}")

@@ -12,9 +12,6 @@ new loss only has to live in ``dmlkit/losses/<file>.py`` and use
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from dmlkit.losses.config import LossConfig, build_objective
 from dmlkit.losses.cross_batch_memory_loss import CrossBatchMemoryLoss, xbm_supported_losses
 from dmlkit.losses.registry import (
@@ -52,11 +49,6 @@ __all__ = [
 ]
 
 
-def _import_submodules() -> None:
-    """Import every module of this package so that their ``@register_loss`` / ``@register_miner`` run."""
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
+from dmlkit.registry import import_submodules  # noqa: E402
 
-
-_import_submodules()
+import_submodules(__name__, __path__)

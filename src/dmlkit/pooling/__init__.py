@@ -8,9 +8,6 @@ to live in ``dmlkit/pooling/<file>.py`` and use ``@register_pooling(name)``.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from dmlkit.pooling.registry import create_pooling, list_poolings, register_pooling
 from dmlkit.pooling.simple import GAP, GAPGMP, GMP, GeM, gap, gap_gmp, gem, gmp
 
@@ -29,11 +26,6 @@ __all__ = [
 ]
 
 
-def _import_submodules() -> None:
-    """Import every module of this package so that their ``@register_pooling`` run."""
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
+from dmlkit.registry import import_submodules  # noqa: E402
 
-
-_import_submodules()
+import_submodules(__name__, __path__)
