@@ -98,11 +98,15 @@ class _SkipBatches(Sampler):
 class Trainer:
     """Runs one experiment into a run folder; ``fit()`` returns the summary it writes."""
 
-    def __init__(self, cfg: ExperimentConfig, run_dir: str | Path, callbacks: list[Callback] = (), quiet: bool = False) -> None:
+    def __init__(
+        self, cfg: ExperimentConfig, run_dir: str | Path, callbacks: list[Callback] = (), quiet: bool = False,
+        resuming: bool = False,
+    ) -> None:
         self.cfg = cfg
         self.folder = RunFolder(run_dir)
         self.callbacks = list(callbacks)
         self.quiet = quiet
+        self.resuming = resuming
         self.state = LoopState()
 
     @classmethod
@@ -110,17 +114,13 @@ class Trainer:
         """A trainer that continues the run in ``run_dir`` from its last checkpoint, with the run's own config."""
         folder = RunFolder(run_dir)
         folder.prepare_resume()
-        trainer = cls(load_config(folder.config), run_dir, callbacks, quiet)
-        trainer._resuming = True
-        return trainer
-
-    _resuming = False
+        return cls(load_config(folder.config), run_dir, callbacks, quiet, resuming=True)
 
     # ----------------------------------------------------------------- set-up
     def _setup(self) -> None:
         from lightning.fabric import Fabric
 
-        if self._resuming:
+        if self.resuming:
             self.folder.prepare_resume()
         else:
             self.folder.prepare_new()
@@ -137,7 +137,7 @@ class Trainer:
         self.sampler = MPerClassBatchSampler(train.labels, t.batch_size, t.m_per_class, seed=self.cfg.seed)
         self.stopper = EarlyStopping(t.patience)
         self.log = MetricsLog(self.folder.metrics)
-        if self._resuming:
+        if self.resuming:
             self._load_last()
 
     def _checkpoint_state(self) -> dict[str, Any]:
