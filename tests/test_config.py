@@ -64,3 +64,10 @@ def test_list_values():
     with pytest.raises(ValueError, match=r"eval.ks\[1\]"):
         load_config(None, ["eval.ks=[1, x]"])
     assert to_dict(cfg)["eval"]["ks"] == [1, 5, 10]
+
+
+def test_exponent_without_dot_is_a_float():
+    # PyYAML reads 1e-4 as a string (YAML 1.1); a float field takes it as the number.
+    assert load_config(None, ["train.lr=1e-4"]).train.lr == 1e-4
+    with pytest.raises(ValueError, match="train.lr"):
+        load_config(None, ["train.lr=fast"])

@@ -132,3 +132,24 @@ def test_unwritable_run_folder_is_reported_before_training(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(ValueError, match="not writable"):
         Trainer(tiny_config(), blocker / "run", quiet=True).fit()
+
+
+def test_proxy_loss_trains_its_proxies_at_their_own_rate(tmp_path):
+    cfg = tiny_config("loss.name=proxy_anchor", "loss.miner=null", "train.loss_lr=0.05", "train.head_lr=0.002", "train.max_steps=4")
+    trainer = Trainer(cfg, tmp_path / "proxy", quiet=True)
+    trainer.fit()
+    groups = {g["name"]: g["lr"] for g in trainer.optimizer.param_groups}
+    assert groups == {"body": cfg.train.lr, "head": 0.002, "loss": 0.05}
+    objective_state = load_checkpoint(tmp_path / "proxy" / "last.pt")["objective"]
+    proxies = [v for k, v in objective_state.items() if "proxies" in k]
+    assert proxies and proxies[0].shape == (trainer.splits.train.num_classes, cfg.model.embedding_dim)
+
+
+def test_plateau_schedule_lowers_the_rate_without_improvement(tmp_path):
+    # A learning rate of 1e-12 leaves the scores flat (ReduceLROnPlateau's relative threshold is 1e-4),
+    # so after the first validation every further one counts as "no improvement".
+    cfg = tiny_config("train.schedule=plateau", "train.plateau_patience=0", "train.plateau_factor=0.1",
+                      "train.max_steps=12", "train.patience=10", "train.lr=1e-12")
+    trainer = Trainer(cfg, tmp_path / "plateau", quiet=True)
+    trainer.fit()
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-14)

@@ -12,7 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-BENCHMARKS = {"retrieval": "dmlkit.bench.retrieval"}
+BENCHMARKS = {
+    "retrieval": "dmlkit.bench.retrieval",
+    "fastap": "dmlkit.bench.fastap",
+    "sft": "dmlkit.bench.sft",
+}
 
 
 def _parser() -> argparse.ArgumentParser:

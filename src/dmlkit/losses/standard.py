@@ -22,6 +22,7 @@ from typing import Any
 from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning.regularizers import SparseCentersRegularizer
 
+from dmlkit.losses.fast_ap_loss import FastAPLoss
 from dmlkit.losses.registry import register_loss
 
 # --------------------------------------------------------------------------- pair and tuple losses
@@ -162,15 +163,16 @@ def ranked_list(
         return pml_losses.RankedListLoss(margin=margin, Tn=Tn, imbalance=imbalance, alpha=alpha, Tp=Tp, **options)
 
 
-@register_loss("fastap", builds=pml_losses.FastAPLoss)
-def fastap(num_bins: int = 10, **options: Any) -> pml_losses.FastAPLoss:
+@register_loss("fastap", builds=FastAPLoss)
+def fastap(num_bins: int = 10, **options: Any) -> FastAPLoss:
     """FastAP (Cakir et al., "Deep Metric Learning to Rank", CVPR 2019): AP with soft histogram binning.
 
     The histogram of squared L2 distances of each query (supplement, seed 004,
     Sec. C.1) has ``num_bins`` bins, the method's only parameter; default 10
-    (PML's default).
+    (PML's default). dmlkit's ``FastAPLoss`` has PML's value and the closed-form
+    gradient of Sec. C.2-C.3 (``dmlkit.losses.fast_ap_loss``).
     """
-    return pml_losses.FastAPLoss(num_bins=num_bins, **options)
+    return FastAPLoss(num_bins=num_bins, **options)
 
 
 # --------------------------------------------------------------------------- proxy and classifier losses

@@ -1,0 +1,155 @@
+"""Class centres for feature transforms: the centre estimate of Sec. 3.5 (Eq. 9) of the SFT paper.
+
+Both SFT (Eq. 3-4) and the translation transform (Eq. 2) need the centre ``mu_j`` of
+every class. :class:`ClassCenters` keeps them in buffers (so they are saved and restored
+with ``state_dict``) and updates them once per mini-batch (line 6 of Algorithm 1).
+
+Modes (the three rows of Table 6, "Impact of center estimation"):
+
+* ``"update"`` (SFT): Eq. 9, the centre-loss style update of Wen et al. (2016)
+  ``Delta mu_j = sum_i [y_i = j] (mu_j - x_i) / (1 + sum_i [y_i = j])`` and
+  ``mu_j <- mu_j - alpha * Delta mu_j``. The paper states only ``Delta mu_j``; the step
+  size ``alpha`` is the centre "learning rate" of the centre loss that Eq. 9 is taken from
+  (the SFT paper gives no value; we default to 0.5, the centre loss paper's choice). With
+  ``alpha = 1`` this is ``mu_j <- (mu_j + sum_i x_i) / (1 + n_j)``. A class seen for the
+  first time has no ``mu_j`` to update; its centre is initialised to the mean of its
+  features in that batch.
+* ``"random"`` ("Random": skip the centre estimation step): every centre is a random unit
+  vector drawn at construction from the given generator and never updated.
+* ``"pick"`` ("Pick": randomly pick one sample from the same class as centre): at every
+  update the centre of each class in the batch is replaced by one of its features, chosen
+  uniformly with the given generator.
+
+Features are detached: the centres carry no gradient. Randomness comes only from the
+``torch.Generator`` passed in (a private one seeded with 0 if none is given), never from
+the global RNG.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["ClassCenters", "CENTER_MODES"]
+
+CENTER_MODES = ("update", "random", "pick")
+Mode = Literal["update", "random", "pick"]
+
+
+class ClassCenters(nn.Module):
+    """Per-class feature centres, updated per mini-batch with Eq. 9 of the SFT paper.
+
+    Args:
+        num_classes: number of classes ``C`` (labels are ``0 .. C-1``).
+        dim: feature dimension ``d``.
+        alpha: step size of the Eq. 9 update, ``mu_j <- mu_j - alpha * Delta mu_j``, in ``(0, 1]``.
+        mode: ``"update"`` (Eq. 9), ``"random"`` (fixed random unit centres) or ``"pick"``
+            (a random sample of the class); see the module docstring.
+        generator: source of randomness for ``"random"`` and ``"pick"`` (CPU generator).
+
+    Buffers: ``centers`` ``(C, d)`` and ``initialized`` ``(C,)`` (bool).
+    """
+
+    centers: Tensor
+    initialized: Tensor
+
+    def __init__(
+        self,
+        num_classes: int,
+        dim: int,
+        alpha: float = 0.5,
+        mode: Mode = "update",
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        if int(num_classes) != num_classes or num_classes < 1:
+            raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
+        if int(dim) != dim or dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        if not 0.0 < float(alpha) <= 1.0:
+            raise ValueError(f"alpha must lie in (0, 1] (Eq. 9 step size; 0.5 is the usual choice), got {alpha!r}")
+        if mode not in CENTER_MODES:
+            raise ValueError(f"unknown mode {mode!r}: choose one of {CENTER_MODES}")
+        self.num_classes = int(num_classes)
+        self.dim = int(dim)
+        self.alpha = float(alpha)
+        self.mode: Mode = mode
+        self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
+        self.register_buffer("centers", torch.zeros(self.num_classes, self.dim))
+        self.register_buffer("initialized", torch.zeros(self.num_classes, dtype=torch.bool))
+        if mode == "random":
+            c = torch.randn(self.num_classes, self.dim, generator=self.generator)
+            self.centers.copy_(torch.nn.functional.normalize(c, dim=1))
+            self.initialized.fill_(True)
+
+    def extra_repr(self) -> str:
+        return f"num_classes={self.num_classes}, dim={self.dim}, alpha={self.alpha}, mode={self.mode!r}"
+
+    def _check_labels(self, labels: Tensor, n: int | None = None) -> Tensor:
+        if not isinstance(labels, Tensor) or labels.dim() != 1:
+            raise ValueError("labels must be a 1-D tensor of class indices")
+        if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+            raise ValueError(f"labels must be an integer tensor, got {labels.dtype}")
+        if n is not None and labels.shape[0] != n:
+            raise ValueError(f"got {n} features but {labels.shape[0]} labels: pass one label per feature")
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
+            raise ValueError(
+                f"labels must lie in [0, {self.num_classes}), got range [{int(labels.min())}, {int(labels.max())}]: "
+                "remap labels to 0..C-1 or raise num_classes"
+            )
+        return labels.to(device=self.centers.device, dtype=torch.long)
+
+    @torch.no_grad()
+    def update(self, features: Tensor, labels: Tensor) -> None:
+        """One centre step with a mini-batch (line 6 of Algorithm 1): Eq. 9, or the ``pick`` rule.
+
+        Args:
+            features: ``(B, d)`` features (detached internally), in the space where the
+                transform is applied (normalised embeddings for SFT, pre-normalisation
+                embeddings for SFT-d).
+            labels: ``(B,)`` integer class indices.
+        """
+        if not isinstance(features, Tensor) or features.dim() != 2 or features.shape[1] != self.dim:
+            shape = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
+            raise ValueError(f"features must have shape (B, {self.dim}), got {shape}")
+        if not torch.isfinite(features).all():
+            raise ValueError("features contain NaN or inf: the centres would be corrupted; check the embedding model/loss")
+        labels = self._check_labels(labels, features.shape[0])
+        x = features.detach().to(device=self.centers.device, dtype=self.centers.dtype)
+        if self.mode == "random" or x.shape[0] == 0:
+            return
+        if self.mode == "pick":
+            for j in torch.unique(labels).tolist():
+                idx = torch.nonzero(labels == j).flatten()
+                pick = int(torch.randint(idx.numel(), (1,), generator=self.generator))
+                self.centers[j] = x[idx[pick]]
+                self.initialized[j] = True
+            return
+        counts = torch.bincount(labels, minlength=self.num_classes).to(x.dtype).unsqueeze(1)
+        sums = torch.zeros_like(self.centers).index_add_(0, labels, x)
+        present = counts.squeeze(1) > 0
+        new = present & ~self.initialized
+        old = present & self.initialized
+        delta = (counts * self.centers - sums) / (1.0 + counts)  # Eq. 9
+        self.centers[old] -= self.alpha * delta[old]
+        self.centers[new] = sums[new] / counts[new]
+        self.initialized |= present
+
+    def get(self, labels: Tensor) -> Tensor:
+        """Centres of ``labels``: ``(B,)`` -> ``(B, d)``. Raises ``ValueError`` for a class without a centre."""
+        labels = self._check_labels(labels)
+        missing = labels[~self.initialized[labels]]
+        if missing.numel():
+            names = sorted(set(missing.tolist()))
+            raise ValueError(
+                f"class(es) {names[:10]}{' ...' if len(names) > 10 else ''} have no centre yet: "
+                "call update() with a batch containing them first (or only transform into classes "
+                "whose centre is initialised, see `initialized`)"
+            )
+        return self.centers[labels]
+
+    def forward(self, labels: Tensor) -> Tensor:
+        """Same as :meth:`get`."""
+        return self.get(labels)

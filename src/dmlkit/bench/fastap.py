@@ -1,0 +1,199 @@
+"""Benchmark: dmlkit's closed-form-gradient FastAP against PML's ``FastAPLoss`` (autograd).
+
+For each batch size M: random embeddings ``(M, dim)`` and labels with uneven
+classes (about 4 per class on average).  Both losses run forward + backward
+``--repeats`` times in this process, interleaved; the table gives the median
+wall time of each, their ratio (PML / dmlkit), and checks that loss values and
+gradients agree.  Peak memory: each side runs once more in a fresh subprocess,
+which warms up once, resets the kernel's peak-RSS counter
+(``/proc/self/clear_refs``), runs one forward + backward and reads ``VmHWM``;
+"peak extra" is that peak minus the RSS just before the call (helpers of
+:mod:`dmlkit.bench.retrieval`).
+
+Both sides use the same number of torch threads (``--threads``, default 1).
+
+Run: ``python -m dmlkit.bench.fastap --sizes 128 256 512 --dim 512 --bins 10 --repeats 5``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import torch
+
+from dmlkit.bench.retrieval import _Sampler, _reset_peak, _rss_bytes, _status_kb, _trim
+
+__all__ = ["main", "make_batch", "run", "format_table"]
+
+
+def make_batch(m: int, dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random embeddings and labels with uneven class sizes (``m // 4`` classes, skewed draw)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, dim, generator=g)
+    n_classes = max(2, m // 4)
+    probs = torch.linspace(1.0, 3.0, n_classes)
+    y = torch.multinomial(probs, m, replacement=True, generator=g)
+    return x, y
+
+
+def _loss(side: str, bins: int) -> torch.nn.Module:
+    if side == "dmlkit":
+        from dmlkit.losses.fast_ap_loss import FastAPLoss
+
+        return FastAPLoss(num_bins=bins)
+    if side == "pml":
+        from pytorch_metric_learning.losses import FastAPLoss as PMLFastAPLoss
+
+        return PMLFastAPLoss(num_bins=bins)
+    raise ValueError(f"side must be 'dmlkit' or 'pml'; got {side!r}")
+
+
+def _step(loss_fn: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
+    xg = x.clone().requires_grad_(True)
+    loss = loss_fn(xg, y)
+    loss.backward()
+    return float(loss.detach()), xg.grad
+
+
+def _worker(side: str, m: int, dim: int, bins: int, seed: int) -> dict[str, Any]:
+    x, y = make_batch(m, dim, seed)
+    loss_fn = _loss(side, bins)
+    _step(loss_fn, x, y)  # warm-up (allocator, lazy imports)
+    _trim()
+    base = _rss_bytes()
+    exact = _reset_peak()
+    sampler = _Sampler()
+    sampler.start()
+    value, _ = _step(loss_fn, x, y)
+    sampled = sampler.stop()
+    peak = max(_status_kb("VmHWM"), sampled) if exact else sampled
+    return {
+        "peak_extra_bytes": max(0, peak - base),
+        "memory_probe": "VmHWM after clear_refs" if exact else "RSS sampled every 1 ms",
+        "loss": value,
+    }
+
+
+def _subprocess(side: str, m: int, dim: int, bins: int, seed: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "dmlkit.bench.fastap", "--worker", side,
+        "--sizes", str(m), "--dim", str(dim), "--bins", str(bins), "--seed", str(seed),
+        "--threads", str(torch.get_num_threads()),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark worker {side!r} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run(
+    sizes: tuple[int, ...] = (128, 256, 512),
+    dim: int = 512,
+    bins: int = 10,
+    repeats: int = 5,
+    seed: int = 0,
+    memory: bool = True,
+) -> dict[str, Any]:
+    """Time and memory of both sides for each M; raises ``RuntimeError`` if the losses disagree."""
+    rows = []
+    ours_fn, pml_fn = _loss("dmlkit", bins), _loss("pml", bins)
+    for m in sizes:
+        x, y = make_batch(m, dim, seed)
+        v_ours, g_ours = _step(ours_fn, x, y)  # warm-up + agreement check
+        v_pml, g_pml = _step(pml_fn, x, y)
+        if abs(v_ours - v_pml) > 1e-5 * max(1.0, abs(v_pml)):
+            raise RuntimeError(f"M={m}: loss values differ: dmlkit {v_ours} vs PML {v_pml}")
+        grad_diff = float((g_ours - g_pml).abs().max())
+        times: dict[str, list[float]] = {"dmlkit": [], "pml": []}
+        for _ in range(repeats):
+            for side, fn in (("dmlkit", ours_fn), ("pml", pml_fn)):
+                t0 = time.perf_counter()
+                _step(fn, x, y)
+                times[side].append(time.perf_counter() - t0)
+        row: dict[str, Any] = {
+            "M": m,
+            "loss_dmlkit": v_ours,
+            "loss_pml": v_pml,
+            "max_abs_grad_diff": grad_diff,
+            "max_abs_grad": float(g_pml.abs().max()),
+            "seconds_dmlkit": statistics.median(times["dmlkit"]),
+            "seconds_pml": statistics.median(times["pml"]),
+        }
+        row["speedup"] = row["seconds_pml"] / row["seconds_dmlkit"]
+        if memory:
+            for side in ("dmlkit", "pml"):
+                res = _subprocess(side, m, dim, bins, seed)
+                row[f"peak_extra_bytes_{side}"] = res["peak_extra_bytes"]
+                row["memory_probe"] = res["memory_probe"]
+        rows.append(row)
+    return {"dim": dim, "bins": bins, "repeats": repeats, "threads": torch.get_num_threads(), "rows": rows}
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The benchmark result as a plain-text table."""
+    mb = 1024.0**2
+    head = (
+        f"FastAP forward+backward, dim={result['dim']}, bins={result['bins']}, "
+        f"median of {result['repeats']}, torch threads={result['threads']}\n"
+    )
+    cols = (
+        f"{'M':>6} {'dmlkit ms':>10} {'PML ms':>10} {'speedup':>8} {'dmlkit MiB':>11} {'PML MiB':>9} "
+        f"{'|dloss|':>9} {'max|dgrad|':>11}"
+    )
+    lines = [head + cols]
+    for r in result["rows"]:
+        mem_o = r.get("peak_extra_bytes_dmlkit")
+        mem_p = r.get("peak_extra_bytes_pml")
+        lines.append(
+            f"{r['M']:>6} {r['seconds_dmlkit'] * 1e3:>10.2f} {r['seconds_pml'] * 1e3:>10.2f} "
+            f"{r['speedup']:>7.2f}x "
+            f"{(mem_o / mb if mem_o is not None else float('nan')):>11.1f} "
+            f"{(mem_p / mb if mem_p is not None else float('nan')):>9.1f} "
+            f"{abs(r['loss_dmlkit'] - r['loss_pml']):>9.1e} {r['max_abs_grad_diff']:>11.1e}"
+        )
+    probe = next((r["memory_probe"] for r in result["rows"] if "memory_probe" in r), None)
+    if probe:
+        lines.append(f"memory: peak extra RSS of one forward+backward in a fresh process ({probe})")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dmlkit.bench.fastap", description=__doc__.split("\n", 1)[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512], help="batch sizes M")
+    p.add_argument("--dim", type=int, default=512, help="embedding dimension")
+    p.add_argument("--bins", type=int, default=10, help="FastAP num_bins")
+    p.add_argument("--repeats", type=int, default=5, help="timed forward+backward runs per side and M")
+    p.add_argument(
+        "--threads", type=int, default=1,
+        help="torch intra-op threads for both sides (default 1: on a shared 2-core machine, "
+        "multi-threaded runs are dominated by contention); 0 keeps torch's default",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-memory", action="store_true", help="skip the subprocess memory measurement")
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    p.add_argument("--worker", choices=["dmlkit", "pml"], help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    if args.worker:
+        print(json.dumps(_worker(args.worker, args.sizes[0], args.dim, args.bins, args.seed)))
+        return 0
+    if args.repeats < 1 or args.dim < 1 or any(m < 2 for m in args.sizes):
+        raise SystemExit("--repeats and --dim must be >= 1 and every size >= 2")
+    result = run(tuple(args.sizes), args.dim, args.bins, args.repeats, args.seed, memory=not args.no_memory)
+    print(json.dumps(result, indent=2) if args.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
