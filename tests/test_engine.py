@@ -153,3 +153,23 @@ def test_plateau_schedule_lowers_the_rate_without_improvement(tmp_path):
     trainer = Trainer(cfg, tmp_path / "plateau", quiet=True)
     trainer.fit()
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-14)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["augment.name=sft", "augment.lam=0.5"],
+    ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none"],
+])
+def test_sft_augmented_training_checkpoints_its_centres(tmp_path, overrides):
+    cfg = tiny_config(*overrides, "train.max_steps=4")
+    trainer = Trainer(cfg, tmp_path / "sft", quiet=True)
+    summary = trainer.fit()
+    assert 0 <= summary["test"]["precision_at_1"] <= 1
+    state = load_checkpoint(tmp_path / "sft" / "last.pt")["objective"]
+    initialized = [v for k, v in state.items() if k.endswith("centers.initialized")]
+    assert initialized and initialized[0].any()
+
+
+def test_sft_d_needs_unnormalised_embeddings(tmp_path):
+    cfg = tiny_config("augment.name=sft_d", "augment.normalize_input=true")
+    with pytest.raises(ValueError, match="model.normalize: none"):
+        Trainer(cfg, tmp_path / "bad", quiet=True).fit()

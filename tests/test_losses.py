@@ -53,6 +53,8 @@ REQUIRED_LOSSES = [
 
 # The documented defaults (thesis = seed 003, Sec. 3.3.2.1, CUB column where per-dataset).
 DOCUMENTED_DEFAULTS = {
+    "ce_weak": {"output": "softmax", "eps": 1e-7},  # CE' of the classification-baseline supplement
+    "ce_metric": {"output": "softmax", "a": 0.0, "b": 0.8, "p": 0.5, "allow_non_metric": False},  # b/(1+a) <= 2^(p+1) - 2^(2p)
     "contrastive": {"pos_margin": 0.0, "neg_margin": 0.5},  # thesis C1: "0.5 margin"
     "contrastive_c2": {"pos_margin": 0.0, "neg_margin": 0.3841},  # thesis C2, CUB
     "triplet": {"margin": 0.0961, "triplets_per_anchor": "all"},  # thesis Triplet, CUB

@@ -1,7 +1,7 @@
 """Typed experiment configs: YAML files plus dotted ``--set`` overrides.
 
 Each component owns its config dataclass (``data.config.DataConfig``,
-``models.config.ModelConfig``, ``losses.config.LossConfig``,
+``models.config.ModelConfig``, ``losses.config.LossConfig``, ``augment.config.AugmentConfig``,
 ``engine.config.TrainConfig``/``EvalConfig``); this module only composes them
 into ``ExperimentConfig`` and converts between dataclasses and plain dicts.
 An unknown key or a value of the wrong type is a ``ValueError`` that names the
@@ -19,6 +19,7 @@ from typing import Any, Union
 
 import yaml
 
+from dmlkit.augment.config import AugmentConfig
 from dmlkit.data.config import DataConfig
 from dmlkit.engine.config import EvalConfig, TrainConfig
 from dmlkit.losses.config import LossConfig
@@ -36,6 +37,7 @@ class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     loss: LossConfig = field(default_factory=LossConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 

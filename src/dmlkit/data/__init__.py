@@ -12,6 +12,7 @@ Nothing here imports model or training code.
 """
 
 from dmlkit.data.base import DMLDataset, check_dataset, no_categories
+from dmlkit.data.batch_samplers import create_batch_sampler, list_batch_samplers
 from dmlkit.data.cache import cache_root
 from dmlkit.data.catalog import (
     DATASETS,
@@ -29,6 +30,8 @@ from dmlkit.data.splits import LabelledSubset, class_disjoint_split, subset_clas
 from dmlkit.data.transforms import GlyphAugment, GlyphAugmentConfig
 
 __all__ = [
+    "create_batch_sampler",
+    "list_batch_samplers",
     "DATASETS",
     "DMLDataset",
     "DataConfig",

@@ -15,6 +15,8 @@ class TrainConfig:
     The defaults of the fair-evaluation protocol of the thesis (Sec. 3.3.2.1) are Adam,
     lr 1e-5, weight decay 1e-4, betas (0.9, 0.99), batch 32 with 4 samples per class,
     validation MAP@R, early stopping; the configs under ``configs/`` set them per experiment.
+    ``sampler`` names a batch sampler of ``dmlkit.data.list_batch_samplers()`` (``m_per_class``
+    uses ``m_per_class``; ``fastap_random`` / ``fastap_hard`` take ``sampler_params``).
     """
 
     optimizer: str = "adam"
@@ -26,6 +28,8 @@ class TrainConfig:
     loss_lr: float | None = None
     batch_size: int = 64
     m_per_class: int = 4
+    sampler: str = "m_per_class"
+    sampler_params: dict = field(default_factory=dict)
     max_steps: int = 1000
     schedule: str = "none"
     plateau_patience: int = 4

@@ -34,7 +34,8 @@ def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str
     d = cfg.data
     common = dict(root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes, **d.params)
     dataset = create_dataset(d.name, split, **common)
-    model, _ = build_model(cfg, dataset.in_channels, build_splits(cfg).train.num_classes)
+    train = build_splits(cfg).train
+    model, _ = build_model(cfg, dataset.in_channels, train.labels, train.num_classes)
     load_model_state(model, load_checkpoint(checkpoint)["model"], str(checkpoint))
     embeddings, labels = embed_dataset(model, dataset, cfg.eval.batch_size)
     metrics = retrieval_metrics(embeddings, labels, ks=tuple(cfg.eval.ks))

@@ -20,7 +20,8 @@ from torch import nn
 from torch.utils.data import DataLoader, Sampler
 
 from dmlkit.config import ExperimentConfig, dump_config, load_config
-from dmlkit.data import MPerClassBatchSampler, build_datasets
+from dmlkit.augment import build_augmented_loss
+from dmlkit.data import build_datasets, create_batch_sampler
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, save_checkpoint
 from dmlkit.engine.early_stopping import EarlyStopping
@@ -71,19 +72,30 @@ def build_splits(cfg: ExperimentConfig) -> Splits:
     return Splits(train=sets["train"], val=sets["val"], test=sets["test"])
 
 
-def build_model(cfg: ExperimentConfig, in_channels: int, num_classes: int) -> tuple[nn.Module, Objective]:
-    """The embedder and the objective, initialised from the run's seed without touching global RNG state."""
+def build_model(cfg: ExperimentConfig, in_channels: int, train_labels: torch.Tensor, num_classes: int) -> tuple[nn.Module, Objective]:
+    """The embedder and the objective, initialised from the run's seed without touching global RNG state.
+
+    The metric loss is wrapped by the feature augmenter of ``cfg.augment`` (SFT, Eq. 10) when one is named.
+    """
+    if cfg.augment.normalize_input and cfg.model.normalize != "none":
+        raise ValueError(
+            "augment.normalize_input needs pre-normalisation embeddings: set model.normalize: none "
+            "(the augmenter then normalises them itself for the loss)"
+        )
+    dim = cfg.model.embedding_dim
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = build_embedder(cfg.model, in_channels=in_channels)
-        loss, miner = build_objective(cfg.loss, num_classes=num_classes, embedding_size=cfg.model.embedding_dim)
+        loss, miner = build_objective(cfg.loss, num_classes=num_classes, embedding_size=dim)
+    counts = torch.bincount(train_labels, minlength=num_classes)
+    loss = build_augmented_loss(cfg.augment, loss, num_classes, dim, class_counts=counts, seed=cfg.seed)
     return model, Objective([MetricLossTerm(loss, miner)])
 
 
 class _SkipBatches(Sampler):
     """A batch sampler that skips its first ``skip`` batches (resume inside an epoch)."""
 
-    def __init__(self, batch_sampler: MPerClassBatchSampler, skip: int) -> None:
+    def __init__(self, batch_sampler: Sampler, skip: int) -> None:
         self.batch_sampler, self.skip = batch_sampler, skip
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -129,12 +141,13 @@ class Trainer:
         self.fabric = Fabric(accelerator=t.accelerator, devices=t.devices, precision=t.precision)
         self.splits = build_splits(self.cfg)
         train = self.splits.train
-        self.model, self.objective = build_model(self.cfg, train.in_channels, train.num_classes)
+        self.model, self.objective = build_model(self.cfg, train.in_channels, train.labels, train.num_classes)
         optimizer = build_optimizer(parameter_groups(self.model, self.objective, t), t)
         self.scheduler = build_scheduler(optimizer, t)
         self.model, self.optimizer = self.fabric.setup(self.model, optimizer)
         self.objective = self.fabric.to_device(self.objective)
-        self.sampler = MPerClassBatchSampler(train.labels, t.batch_size, t.m_per_class, seed=self.cfg.seed)
+        params = {"m": t.m_per_class, **t.sampler_params} if t.sampler == "m_per_class" else t.sampler_params
+        self.sampler = create_batch_sampler(t.sampler, train, t.batch_size, seed=self.cfg.seed, **params)
         self.stopper = EarlyStopping(t.patience)
         self.log = MetricsLog(self.folder.metrics)
         if self.resuming:

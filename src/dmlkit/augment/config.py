@@ -1,0 +1,116 @@
+"""The feature-augmentation section of an experiment config (``augment:`` in YAML) and its builder.
+
+``build_augmented_loss`` wraps a loss in :class:`~dmlkit.augment.augmented_loss.FeatureAugmentedLoss`
+(Eq. 10 of the SFT paper) when ``name`` is set, and returns the loss unchanged otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from torch import Tensor, nn
+
+from dmlkit.augment.augmented_loss import AUGMENT_TRANSFORMS, FeatureAugmentedLoss, canonical_transform_name
+from dmlkit.augment.centers import CENTER_MODES
+from dmlkit.augment.schemes import SCHEMES
+
+__all__ = ["AugmentConfig", "build_augmented_loss"]
+
+
+@dataclass
+class AugmentConfig:
+    """Feature augmentation of the SFT paper (Sec. 3.3-3.5).
+
+    Attributes:
+        name: ``None`` (off), ``"sft"`` (Eq. 3-4), ``"sft_d"`` (Sec. 3.4, alias ``"sft-d"``)
+            or ``"translation"`` (Eq. 2).
+        lam: weight ``lambda`` of the loss on the generated batch (Eq. 10), ``>= 0``; paper: 0.2.
+        scheme: ``"balanced"`` or ``"unbalanced"`` train (Sec. 3.5).
+        tail_threshold: unbalanced train: classes with fewer training samples are tail
+            classes (paper: 15); checked against the class counts by the builder.
+        centers: centre estimation, ``"update"`` (Eq. 9), ``"random"`` or ``"pick"`` (Table 6).
+        alpha: step size of the Eq. 9 centre update, in ``(0, 1]``.
+        normalize_input: the loss receives the embeddings *before* L2 normalisation and
+            normalises them itself (how SFT-d is meant to be used; the trainer must then feed
+            the pre-normalisation embeddings).
+        update_centers_first: update the centres with the batch before generating (swaps
+            lines 5 and 6 of Algorithm 1).
+    """
+
+    name: str | None = None
+    lam: float = 0.2
+    scheme: str = "balanced"
+    tail_threshold: int = 15
+    centers: str = "update"
+    alpha: float = 0.5
+    normalize_input: bool = False
+    update_centers_first: bool = False
+
+    def __post_init__(self) -> None:
+        if self.name is not None:
+            if not isinstance(self.name, str):
+                raise ValueError(f"augment.name must be null or one of {AUGMENT_TRANSFORMS}, got {self.name!r}")
+            try:
+                canonical_transform_name(self.name)
+            except ValueError:
+                raise ValueError(
+                    f"augment.name must be null (no augmentation) or one of {AUGMENT_TRANSFORMS}, got {self.name!r}"
+                ) from None
+        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam) or self.lam < 0:
+            raise ValueError(f"augment.lam must be a finite number >= 0 (the paper uses 0.2), got {self.lam!r}")
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"augment.scheme must be one of {SCHEMES}, got {self.scheme!r}")
+        if isinstance(self.tail_threshold, bool) or not isinstance(self.tail_threshold, int) or self.tail_threshold < 1:
+            raise ValueError(f"augment.tail_threshold must be a positive int (samples per class), got {self.tail_threshold!r}")
+        if self.centers not in CENTER_MODES:
+            raise ValueError(f"augment.centers must be one of {CENTER_MODES}, got {self.centers!r}")
+        if (
+            isinstance(self.alpha, bool)
+            or not isinstance(self.alpha, (int, float))
+            or not 0.0 < float(self.alpha) <= 1.0
+        ):
+            raise ValueError(f"augment.alpha must lie in (0, 1] (Eq. 9 step size; 0.5 is the usual choice), got {self.alpha!r}")
+        for key in ("normalize_input", "update_centers_first"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"augment.{key} must be true or false, got {getattr(self, key)!r}")
+
+
+def build_augmented_loss(
+    cfg: AugmentConfig,
+    loss: nn.Module,
+    num_classes: int,
+    dim: int,
+    class_counts: Tensor | Sequence[int] | None = None,
+    seed: int = 0,
+) -> nn.Module:
+    """``loss`` wrapped as ``J(X, Y) + lam * J(X_gen, Y_gen)`` (Eq. 10), or ``loss`` itself if ``cfg.name`` is None.
+
+    Args:
+        cfg: the augmentation config.
+        loss: the metric loss ``J`` (PML signature).
+        num_classes: number of training classes.
+        dim: embedding dimension.
+        class_counts: training samples per class; required for ``scheme="unbalanced"``.
+        seed: seed of the augmenter's private generator.
+    """
+    if not isinstance(cfg, AugmentConfig):
+        raise ValueError(f"cfg must be an AugmentConfig, got {type(cfg).__name__}")
+    if cfg.name is None:
+        return loss
+    return FeatureAugmentedLoss(
+        loss,
+        num_classes=num_classes,
+        dim=dim,
+        transform=cfg.name,
+        lam=cfg.lam,
+        scheme=cfg.scheme,
+        centers=cfg.centers,
+        alpha=cfg.alpha,
+        tail_threshold=cfg.tail_threshold,
+        class_counts=class_counts,
+        seed=seed,
+        normalize_input=cfg.normalize_input,
+        update_centers_first=cfg.update_centers_first,
+    )

@@ -1,0 +1,421 @@
+"""FastAP's class- and category-based minibatch sampling (Sec. A of the FastAP supplement).
+
+FastAP (Cakir et al., *Deep Metric Learning to Rank*, CVPR 2019) samples
+*classes*, not images: in the few-shot setting (a handful of images per class)
+"a minibatch will include all images from a class once that class gets
+sampled". With minibatch size ``M``, Sec. A compares
+
+- **Random** (``RandomClassBatchSampler``): sample classes from the whole
+  training set until ``M`` images are obtained;
+- **Hard** (``HardCategoryBatchSampler``): sample two categories; from each,
+  sample classes until ``M/2`` images are obtained. One epoch iterates over all
+  pairs of distinct categories, ``k`` minibatches per pair:
+  ``C(#categories, 2) * k`` minibatches (SOP: 12 categories, k=5 -> 330;
+  In-Shop: 23 categories, k=2 -> 506);
+- **VehicleID** (``HardCategoryBatchSampler(..., unlabelled="pair")``): only some
+  classes have a category (vehicle model). Each minibatch takes ``M/2`` images
+  from one labelled category and the other ``M/2`` from randomly sampled
+  classes *without* a category label; an epoch has ``sum_c 2 N_c / M``
+  minibatches (``N_c`` images in labelled category ``c``).
+
+How this module reads Sec. A where the text leaves a choice open:
+
+- *All images of a sampled class*, in a random order, except the class that
+  would overflow the (half-)batch: it contributes a random subset of just the
+  images still needed, so every batch has exactly ``M`` (and every half exactly
+  ``M/2``) indices. That last class may therefore be partial (possibly a single
+  image). ``max_images_per_class`` optionally caps the images a class
+  contributes (a random subset), for data with many images per class.
+- *Sampling classes*: without replacement within a batch (Random) or within a
+  half-batch (Hard), in a running random order: every class of the pool
+  (the training set, or one category) is used once before any is used again,
+  across batches of the epoch, as ``MPerClassBatchSampler`` does.
+- *Categories* are the values of ``class_categories[labels]``; only categories
+  that hold images are used (the glyphs train split has 13 of its 18). Classes
+  with category ``-1`` (none) are left out of the Hard sampler, or form the
+  unlabelled pool with ``unlabelled="pair"``.
+- *Small categories* (fewer than ``M/2`` images, after the cap): the paper's
+  categories are all large, so it says nothing. ``small_categories="skip"``
+  (default) leaves them out of every batch (``skipped_categories`` lists them)
+  and raises ``ValueError`` if fewer than two (one with ``unlabelled="pair"``)
+  remain; ``"replace"`` keeps them and fills their half by another pass over
+  their classes in a new random order, so images repeat in that half.
+- *Pair order*: the ``C(K, 2) * k`` (pair, repeat) slots are shuffled with the
+  epoch's generator; which category fills the first half is a coin flip.
+  ``batches_per_epoch`` other than the default takes that many batches from a
+  stream of such shuffled rounds (the first ones if fewer, further rounds if more).
+- *VehicleID epoch length*: ``2 N_c / M`` is rarely an integer; each labelled
+  category gets ``ceil(2 N_c / M)`` minibatches (at least one, and enough for its
+  images to be drawn about once), shuffled; ``N_c`` counts images after the cap.
+
+All randomness of epoch ``e`` comes from ``make_generator(seed, e)`` (no global
+RNG), so the batches are a pure function of ``(seed, epoch)`` and a run resumed
+from ``state_dict()`` replays exactly the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Sampler
+
+from dmlkit.data.seeding import make_generator
+
+__all__ = ["RandomClassBatchSampler", "HardCategoryBatchSampler"]
+
+
+# ---------------------------------------------------------------- helpers
+def _as_labels(labels: Sequence[int] | Tensor | np.ndarray, name: str = "labels") -> Tensor:
+    lab = torch.as_tensor(np.asarray(labels.cpu() if isinstance(labels, Tensor) else labels))
+    if lab.dim() != 1 or lab.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty 1-d sequence of class ids")
+    if lab.is_floating_point() or lab.dtype == torch.bool:
+        raise ValueError(f"{name} must be integers, got dtype {lab.dtype}")
+    return lab.long()
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_optional_positive_int(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
+def _check_seed(seed: Any) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int, got {seed!r}")
+
+
+class _ClassStream:
+    """A running random order over a fixed list of classes: every class once per round.
+
+    ``next(g, avoid)`` returns the next class; when a new round starts, classes
+    in ``avoid`` (those already in the current (half-)batch) go to its end, so
+    a pool with enough images never repeats a class within one (half-)batch.
+    """
+
+    def __init__(self, classes: list[int]) -> None:
+        self.classes = classes
+        self.queue: list[int] = []
+        self.pos = 0
+
+    def next(self, g: torch.Generator, avoid: set[int]) -> int:
+        if self.pos == len(self.queue):
+            order = [self.classes[i] for i in torch.randperm(len(self.classes), generator=g).tolist()]
+            self.queue = [c for c in order if c not in avoid] + [c for c in order if c in avoid]
+            self.pos = 0
+        c = self.queue[self.pos]
+        self.pos += 1
+        return c
+
+
+class _ClassPool:
+    """Item indices per class, and how to fill ``need`` indices with whole classes."""
+
+    def __init__(self, labels: Tensor, max_images_per_class: int | None) -> None:
+        classes, inverse = torch.unique(labels, return_inverse=True)
+        order = torch.argsort(inverse, stable=True)
+        counts = torch.bincount(inverse, minlength=classes.numel())
+        self.class_ids = classes.tolist()  # position -> label value
+        self.members = list(torch.split(order, counts.tolist()))  # position -> item indices
+        cap = max_images_per_class if max_images_per_class is not None else int(counts.max())
+        self.cap = cap
+        self.usable = torch.clamp(counts, max=cap)  # images a class can contribute
+
+    def fill(self, stream: _ClassStream, g: torch.Generator, need: int) -> list[int]:
+        """``need`` indices: all (up to the cap) images of classes from ``stream``; the last one partial."""
+        out: list[int] = []
+        chosen: set[int] = set()
+        while len(out) < need:
+            c = stream.next(g, chosen)
+            chosen.add(c)
+            members = self.members[c]
+            take = min(int(self.usable[c]), need - len(out))
+            pick = torch.randperm(members.numel(), generator=g)[:take]
+            out.extend(members[pick].tolist())
+        return out
+
+
+class _EpochState:
+    """``set_epoch`` / ``__len__`` / ``state_dict`` shared by the samplers here."""
+
+    seed: int
+    epoch: int
+    batches_per_epoch: int
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self.batches(self.epoch)  # type: ignore[attr-defined]
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"seed", "epoch"}``: all that determines the batches (with the labels and sizes)."""
+        return {"seed": self.seed, "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = {"seed", "epoch"} - set(state)
+        if missing:
+            raise ValueError(f"sampler state lacks {sorted(missing)}; expected the keys seed and epoch")
+        _check_seed(state["seed"])
+        self.seed = state["seed"]
+        self.set_epoch(state["epoch"])
+
+
+# ---------------------------------------------------------------- Random
+class RandomClassBatchSampler(_EpochState, Sampler[list[int]]):
+    """FastAP's "Random" minibatches: whole classes sampled from the training set until ``batch_size`` images.
+
+    Sec. A of the FastAP supplement: "Randomly sample classes from the entire
+    training set, until M images are obtained", a sampled class bringing all
+    its images. Classes are distinct within a batch and visited in a running
+    random order (each class once per round, across batches). Each class adds
+    all its images (at most ``max_images_per_class``, a random subset) in a
+    random order; the class that would overflow the batch adds only the images
+    still needed (a random subset), so every batch has exactly ``batch_size``
+    indices, grouped by class.
+
+    Args:
+        labels: class label of every dataset item.
+        batch_size: indices per batch (``M``); at most the number of (capped) images.
+        seed: base seed; epoch ``e`` draws from ``make_generator(seed, e)``.
+        batches_per_epoch: default ``len(labels) // batch_size`` (at least 1), about one pass over the images.
+        max_images_per_class: optional cap on the images a class brings to a batch (default: all).
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | Tensor | np.ndarray,
+        batch_size: int,
+        seed: int = 0,
+        batches_per_epoch: int | None = None,
+        max_images_per_class: int | None = None,
+    ) -> None:
+        lab = _as_labels(labels)
+        _check_positive_int("batch_size", batch_size)
+        _check_optional_positive_int("batches_per_epoch", batches_per_epoch)
+        _check_optional_positive_int("max_images_per_class", max_images_per_class)
+        _check_seed(seed)
+        self.pool = _ClassPool(lab, max_images_per_class)
+        total = int(self.pool.usable.sum())
+        if batch_size > total:
+            raise ValueError(
+                f"batch_size={batch_size} exceeds the {total} images the classes can contribute "
+                f"(distinct classes per batch); use batch_size <= {total}"
+                + (" or raise max_images_per_class" if max_images_per_class is not None else "")
+            )
+        self.labels = lab
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = 0
+        self.max_images_per_class = max_images_per_class
+        if batches_per_epoch is None:
+            batches_per_epoch = max(1, lab.numel() // batch_size)
+        self.batches_per_epoch = batches_per_epoch
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, batch_size: int, **kwargs: Any) -> "RandomClassBatchSampler":
+        """Build from a ``DMLDataset`` (its ``labels``)."""
+        return cls(dataset.labels, batch_size, **kwargs)
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """All batches of ``epoch`` (what ``iter()`` yields after ``set_epoch(epoch)``)."""
+        g = make_generator(self.seed, epoch)
+        stream = _ClassStream(list(range(len(self.pool.members))))
+        return [self.pool.fill(stream, g, self.batch_size) for _ in range(self.batches_per_epoch)]
+
+
+# ---------------------------------------------------------------- Hard
+class HardCategoryBatchSampler(_EpochState, Sampler[list[int]]):
+    """FastAP's "Hard" minibatches: two categories, ``batch_size / 2`` images of whole classes from each.
+
+    Sec. A of the FastAP supplement. Default (``unlabelled="exclude"``, SOP /
+    In-Shop): an epoch visits every pair of distinct categories
+    ``batches_per_pair`` times (``C(K, 2) * batches_per_pair`` batches, in a
+    seeded shuffled order); a batch's first half holds images of one category
+    of its pair and the second half of the other (which goes first is random).
+    Within a half, classes of that category are sampled without replacement
+    (a running random order per category, each class once per round), each
+    bringing all its images (capped by ``max_images_per_class``) except the
+    last, which brings only the images still needed. Classes whose category is
+    ``-1`` are left out.
+
+    ``unlabelled="pair"`` (PKU VehicleID): one half of each batch comes from a
+    labelled category, the other from classes with category ``-1`` (a single
+    pool, same running class order). Category ``c`` gets ``ceil(2 N_c /
+    batch_size)`` batches per epoch (the paper's ``sum_c 2 N_c / M``, each term
+    rounded up), shuffled; ``batches_per_pair`` does not apply.
+
+    Args:
+        labels: class label of every item; values index ``class_categories``.
+        class_categories: category of every class ``(C,)``, ``-1`` for none.
+        batch_size: even number of indices per batch (``M``).
+        seed: base seed; epoch ``e`` draws from ``make_generator(seed, e)``.
+        batches_per_epoch: default: the epoch structure above; otherwise that many
+            batches from a stream of such shuffled rounds.
+        batches_per_pair: ``k`` batches per category pair (paper: 5 for SOP, 2 for
+            In-Shop); default 1. Must stay ``None`` with ``unlabelled="pair"``.
+        unlabelled: ``"exclude"`` or ``"pair"`` (see above).
+        small_categories: a category with fewer than ``batch_size / 2`` (capped)
+            images is ``"skip"``-ped (default; see ``skipped_categories``) or
+            ``"replace"``-d: filled by further passes over its classes, repeating images.
+        max_images_per_class: optional cap on the images a class brings to a half (default: all).
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | Tensor | np.ndarray,
+        class_categories: Sequence[int] | Tensor | np.ndarray,
+        batch_size: int,
+        seed: int = 0,
+        batches_per_epoch: int | None = None,
+        batches_per_pair: int | None = None,
+        unlabelled: str = "exclude",
+        small_categories: str = "skip",
+        max_images_per_class: int | None = None,
+    ) -> None:
+        lab = _as_labels(labels)
+        cats = _as_labels(class_categories, "class_categories")
+        _check_positive_int("batch_size", batch_size)
+        if batch_size % 2 or batch_size < 2:
+            raise ValueError(
+                f"batch_size={batch_size} must be even: half of each batch comes from each of two "
+                f"categories (e.g. batch_size={batch_size + 1 if batch_size % 2 else 2})"
+            )
+        _check_optional_positive_int("batches_per_epoch", batches_per_epoch)
+        _check_optional_positive_int("batches_per_pair", batches_per_pair)
+        _check_optional_positive_int("max_images_per_class", max_images_per_class)
+        _check_seed(seed)
+        if unlabelled not in ("exclude", "pair"):
+            raise ValueError(f"unlabelled must be 'exclude' or 'pair', got {unlabelled!r}")
+        if small_categories not in ("skip", "replace"):
+            raise ValueError(f"small_categories must be 'skip' or 'replace', got {small_categories!r}")
+        if unlabelled == "pair" and batches_per_pair is not None:
+            raise ValueError(
+                "batches_per_pair does not apply with unlabelled='pair' (each labelled category gets "
+                "ceil(2 N_c / batch_size) batches); leave it None or set batches_per_epoch"
+            )
+        if int(lab.min()) < 0 or int(lab.max()) >= cats.numel():
+            raise ValueError(
+                f"labels must be class ids 0..{cats.numel() - 1} indexing class_categories "
+                f"(got labels in [{int(lab.min())}, {int(lab.max())}]); pass one category per class"
+            )
+        if int(cats.min()) < -1:
+            raise ValueError("class_categories must be category ids >= 0, or -1 for a class without category")
+
+        half = batch_size // 2
+        item_cats = cats[lab]
+        labelled = item_cats >= 0
+        if not bool(labelled.any()):
+            raise ValueError(
+                "no class has a category (class_categories is -1 for every sampled class); the Hard "
+                "sampler draws each half-batch from a category. Use RandomClassBatchSampler, or a "
+                "dataset with category labels"
+            )
+        self.pool = _ClassPool(lab, max_images_per_class)
+        class_cat = cats[torch.tensor(self.pool.class_ids)]  # category of each pool position
+
+        def usable_images(positions: list[int]) -> int:
+            return int(self.pool.usable[positions].sum()) if positions else 0
+
+        present = sorted(int(c) for c in torch.unique(class_cat) if int(c) >= 0)
+        members = {c: torch.nonzero(class_cat == c).flatten().tolist() for c in present}
+        self.image_counts = {c: usable_images(members[c]) for c in present}  # capped images per category
+        skip = small_categories == "skip"
+        self.skipped_categories = [c for c in present if skip and self.image_counts[c] < half]
+        self.categories = [c for c in present if c not in self.skipped_categories]
+        need_labelled = 2 if unlabelled == "exclude" else 1
+        if len(self.categories) < need_labelled:
+            hint = (
+                f"lower batch_size (largest category has {max(self.image_counts.values())} images) or pass "
+                f"small_categories='replace'"
+                if self.skipped_categories
+                else "use RandomClassBatchSampler, or unlabelled='pair' if some classes have no category"
+            )
+            raise ValueError(
+                f"HardCategoryBatchSampler needs {need_labelled} usable categories, found {len(self.categories)} "
+                f"({len(present)} with images, {len(self.skipped_categories)} skipped for having fewer than "
+                f"batch_size/2={half} images); {hint}"
+            )
+        self._streams_classes = {c: members[c] for c in self.categories}
+        self.unlabelled_classes: list[int] = torch.nonzero(class_cat < 0).flatten().tolist()
+        if unlabelled == "pair":
+            if not self.unlabelled_classes:
+                raise ValueError(
+                    "unlabelled='pair' needs classes without a category (-1) to fill the other half; "
+                    "none has -1, so use unlabelled='exclude'"
+                )
+            n_unl = usable_images(self.unlabelled_classes)
+            if n_unl < half and small_categories == "skip":
+                raise ValueError(
+                    f"the classes without a category hold {n_unl} images, fewer than batch_size/2={half}; "
+                    f"lower batch_size to <= {2 * n_unl} or pass small_categories='replace'"
+                )
+            self._slots: list[tuple[int, int]] = [
+                (c, -1) for c in self.categories for _ in range(math.ceil(self.image_counts[c] / half))
+            ]
+        else:
+            k = 1 if batches_per_pair is None else batches_per_pair
+            self._slots = [
+                (a, b) for i, a in enumerate(self.categories) for b in self.categories[i + 1 :] for _ in range(k)
+            ]
+
+        self.labels = lab
+        self.class_categories = cats
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = 0
+        self.batches_per_pair = batches_per_pair
+        self.unlabelled = unlabelled
+        self.small_categories = small_categories
+        self.max_images_per_class = max_images_per_class
+        self.batches_per_epoch = batches_per_epoch if batches_per_epoch is not None else len(self._slots)
+
+    @classmethod
+    def from_dataset(cls, dataset: Any, batch_size: int, **kwargs: Any) -> "HardCategoryBatchSampler":
+        """Build from a ``DMLDataset`` (its ``labels`` and ``class_categories``)."""
+        return cls(dataset.labels, dataset.class_categories, batch_size, **kwargs)
+
+    @property
+    def rounds_length(self) -> int:
+        """Batches in one full round of the epoch structure (``C(K, 2) * k``, or ``sum_c ceil(2 N_c / M)``)."""
+        return len(self._slots)
+
+    def schedule(self, epoch: int) -> list[tuple[int, int]]:
+        """The (first-half, second-half) category of each batch of ``epoch``; ``-1`` is the unlabelled pool."""
+        return self._plan(make_generator(self.seed, epoch))
+
+    def _plan(self, g: torch.Generator) -> list[tuple[int, int]]:
+        """Shuffled rounds of the slots, cut to ``batches_per_epoch``; drawn first from the epoch's generator."""
+        plan: list[tuple[int, int]] = []
+        while len(plan) < self.batches_per_epoch:
+            perm = torch.randperm(len(self._slots), generator=g).tolist()
+            flips = torch.randint(2, (len(self._slots),), generator=g).tolist()
+            for i, flip in zip(perm, flips):
+                a, b = self._slots[i]
+                plan.append((b, a) if flip else (a, b))
+        return plan[: self.batches_per_epoch]
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """All batches of ``epoch`` (what ``iter()`` yields after ``set_epoch(epoch)``)."""
+        g = make_generator(self.seed, epoch)
+        streams = {c: _ClassStream(pos) for c, pos in self._streams_classes.items()}
+        if self.unlabelled == "pair":
+            streams[-1] = _ClassStream(self.unlabelled_classes)
+        half = self.batch_size // 2
+        out: list[list[int]] = []
+        for a, b in self._plan(g):
+            out.append(self.pool.fill(streams[a], g, half) + self.pool.fill(streams[b], g, half))
+        return out
