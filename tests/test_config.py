@@ -71,3 +71,9 @@ def test_exponent_without_dot_is_a_float():
     assert load_config(None, ["train.lr=1e-4"]).train.lr == 1e-4
     with pytest.raises(ValueError, match="train.lr"):
         load_config(None, ["train.lr=fast"])
+
+
+@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path("configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    cfg = load_config(path)
+    assert cfg.name == path.stem
