@@ -56,12 +56,12 @@ from ``state_dict()`` replays exactly the batches it would have seen.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import Sampler
+from dmlkit.data.samplers import EpochBatchSampler
 
 from dmlkit.data.seeding import make_generator
 
@@ -143,39 +143,7 @@ class _ClassPool:
         return out
 
 
-class _EpochState:
-    """``set_epoch`` / ``__len__`` / ``state_dict`` shared by the samplers here."""
-
-    seed: int
-    epoch: int
-    batches_per_epoch: int
-
-    def set_epoch(self, epoch: int) -> None:
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.batches_per_epoch
-
-    def __iter__(self) -> Iterator[list[int]]:
-        yield from self.batches(self.epoch)  # type: ignore[attr-defined]
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"seed", "epoch"}``: all that determines the batches (with the labels and sizes)."""
-        return {"seed": self.seed, "epoch": self.epoch}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = {"seed", "epoch"} - set(state)
-        if missing:
-            raise ValueError(f"sampler state lacks {sorted(missing)}; expected the keys seed and epoch")
-        _check_seed(state["seed"])
-        self.seed = state["seed"]
-        self.set_epoch(state["epoch"])
-
-
-# ---------------------------------------------------------------- Random
-class RandomClassBatchSampler(_EpochState, Sampler[list[int]]):
+class RandomClassBatchSampler(EpochBatchSampler):
     """FastAP's "Random" minibatches: whole classes sampled from the training set until ``batch_size`` images.
 
     Sec. A of the FastAP supplement: "Randomly sample classes from the entire
@@ -238,7 +206,7 @@ class RandomClassBatchSampler(_EpochState, Sampler[list[int]]):
 
 
 # ---------------------------------------------------------------- Hard
-class HardCategoryBatchSampler(_EpochState, Sampler[list[int]]):
+class HardCategoryBatchSampler(EpochBatchSampler):
     """FastAP's "Hard" minibatches: two categories, ``batch_size / 2`` images of whole classes from each.
 
     Sec. A of the FastAP supplement. Default (``unlabelled="exclude"``, SOP /

@@ -19,7 +19,46 @@ from torch.utils.data import Sampler
 from dmlkit.data.seeding import make_generator
 
 
-class MPerClassBatchSampler(Sampler[list[int]]):
+class EpochBatchSampler(Sampler[list[int]]):
+    """Base of dmlkit's batch samplers: the batches of an epoch are a pure function of (seed, epoch).
+
+    Subclasses set ``seed``, ``epoch`` and ``batches_per_epoch`` and implement ``batches(epoch)``;
+    this base gives ``set_epoch``, ``__len__``, ``__iter__`` and the ``state_dict`` that resumes a run.
+    """
+
+    seed: int
+    epoch: int
+    batches_per_epoch: int
+
+    def batches(self, epoch: int) -> list[list[int]]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.batches_per_epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        yield from self.batches(self.epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"seed", "epoch"}``: all that determines the batches (with the labels and sizes)."""
+        return {"seed": self.seed, "epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = {"seed", "epoch"} - set(state)
+        if missing:
+            raise ValueError(f"sampler state lacks {sorted(missing)}; expected the keys seed and epoch")
+        if isinstance(state["seed"], bool) or not isinstance(state["seed"], int):
+            raise ValueError(f"sampler state seed must be an int, got {state['seed']!r}")
+        self.seed = state["seed"]
+        self.set_epoch(state["epoch"])
+
+
+class MPerClassBatchSampler(EpochBatchSampler):
     """Yield ``batches_per_epoch`` batches of ``batch_size // m`` classes x ``m`` indices each.
 
     Args:
@@ -84,17 +123,6 @@ class MPerClassBatchSampler(Sampler[list[int]]):
         counts = torch.bincount(inverse, minlength=classes.numel())
         self._members = list(torch.split(order, counts.tolist()))  # item indices of each class
 
-    def set_epoch(self, epoch: int) -> None:
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.batches_per_epoch
-
-    def __iter__(self) -> Iterator[list[int]]:
-        yield from self.batches(self.epoch)
-
     def batches(self, epoch: int) -> list[list[int]]:
         """All batches of ``epoch`` (what ``iter()`` yields after ``set_epoch(epoch)``)."""
         g = make_generator(self.seed, epoch)
@@ -126,16 +154,4 @@ class MPerClassBatchSampler(Sampler[list[int]]):
             out.append(batch)
         return out
 
-    def state_dict(self) -> dict[str, Any]:
-        """``{"seed", "epoch"}``: all that determines the batches (with the labels and sizes)."""
-        return {"seed": self.seed, "epoch": self.epoch}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = {"seed", "epoch"} - set(state)
-        if missing:
-            raise ValueError(f"sampler state lacks {sorted(missing)}; expected the keys seed and epoch")
-        if isinstance(state["seed"], bool) or not isinstance(state["seed"], int):
-            raise ValueError(f"sampler state seed must be an int, got {state['seed']!r}")
-        self.seed = state["seed"]
-        self.set_epoch(state["epoch"])
 
