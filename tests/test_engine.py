@@ -173,3 +173,17 @@ def test_sft_d_needs_unnormalised_embeddings(tmp_path):
     cfg = tiny_config("augment.name=sft_d", "augment.normalize_input=true")
     with pytest.raises(ValueError, match="model.normalize: none"):
         Trainer(cfg, tmp_path / "bad", quiet=True).fit()
+
+
+def test_sft_run_resumes_to_the_same_result(tmp_path):
+    sft = ["augment.name=sft", "augment.lam=0.5"]
+    full = Trainer(tiny_config(*sft), tmp_path / "full", quiet=True).fit()
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(tiny_config(*sft), tmp_path / "cut", callbacks=[StopAfterValidation(4)], quiet=True).fit()
+    resumed = Trainer.resume(tmp_path / "cut", quiet=True).fit()
+    assert resumed["test"] == pytest.approx(full["test"], abs=1e-6)
+    a = load_checkpoint(tmp_path / "full" / "last.pt")["objective"]
+    b = load_checkpoint(tmp_path / "cut" / "last.pt")["objective"]
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-6)
