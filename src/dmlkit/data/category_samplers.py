@@ -63,7 +63,7 @@ import torch
 from torch import Tensor
 from dmlkit.data.samplers import EpochBatchSampler
 
-from dmlkit.data.seeding import make_generator
+from dmlkit.data.seeding import check_seed, make_generator
 
 __all__ = ["RandomClassBatchSampler", "HardCategoryBatchSampler"]
 
@@ -86,11 +86,6 @@ def _check_positive_int(name: str, value: Any) -> None:
 def _check_optional_positive_int(name: str, value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{name} must be a positive int or None, got {value!r}")
-
-
-def _check_seed(seed: Any) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an int, got {seed!r}")
 
 
 class _ClassStream:
@@ -175,7 +170,7 @@ class RandomClassBatchSampler(EpochBatchSampler):
         _check_positive_int("batch_size", batch_size)
         _check_optional_positive_int("batches_per_epoch", batches_per_epoch)
         _check_optional_positive_int("max_images_per_class", max_images_per_class)
-        _check_seed(seed)
+        check_seed(seed)
         self.pool = _ClassPool(lab, max_images_per_class)
         total = int(self.pool.usable.sum())
         if batch_size > total:
@@ -265,7 +260,7 @@ class HardCategoryBatchSampler(EpochBatchSampler):
         _check_optional_positive_int("batches_per_epoch", batches_per_epoch)
         _check_optional_positive_int("batches_per_pair", batches_per_pair)
         _check_optional_positive_int("max_images_per_class", max_images_per_class)
-        _check_seed(seed)
+        check_seed(seed)
         if unlabelled not in ("exclude", "pair"):
             raise ValueError(f"unlabelled must be 'exclude' or 'pair', got {unlabelled!r}")
         if small_categories not in ("skip", "replace"):

@@ -69,6 +69,7 @@ from dmlkit.data.glyph_render import (
     is_candidate,
     render_font_table,
 )
+from dmlkit.data.seeding import check_seed
 from dmlkit.data.transforms import GlyphAugment, GlyphAugmentConfig
 
 GLYPHS_VERSION = "1"
@@ -409,8 +410,7 @@ class GlyphsDataset(DMLDataset):
             isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1
         ):
             raise ValueError(f"max_classes must be a positive int or None, got {max_classes!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+        check_seed(seed)
         table = load_glyph_table(root, image_size)
         lo, hi = split_class_range(table.num_classes, split)
         if max_classes is not None:

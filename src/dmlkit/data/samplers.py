@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Sampler
 
-from dmlkit.data.seeding import make_generator
+from dmlkit.data.seeding import check_seed, make_generator
 
 
 class EpochBatchSampler(Sampler[list[int]]):
@@ -52,8 +52,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         missing = {"seed", "epoch"} - set(state)
         if missing:
             raise ValueError(f"sampler state lacks {sorted(missing)}; expected the keys seed and epoch")
-        if isinstance(state["seed"], bool) or not isinstance(state["seed"], int):
-            raise ValueError(f"sampler state seed must be an int, got {state['seed']!r}")
+        check_seed(state["seed"], "sampler state seed")
         self.seed = state["seed"]
         self.set_epoch(state["epoch"])
 
@@ -109,8 +108,7 @@ class MPerClassBatchSampler(EpochBatchSampler):
             batches_per_epoch = max(1, lab.numel() // batch_size)
         elif isinstance(batches_per_epoch, bool) or not isinstance(batches_per_epoch, int) or batches_per_epoch < 1:
             raise ValueError(f"batches_per_epoch must be a positive int or None, got {batches_per_epoch!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+        check_seed(seed)
 
         self.labels = lab
         self.batch_size = batch_size

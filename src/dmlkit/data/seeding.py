@@ -34,3 +34,9 @@ def make_generator(*values: int) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(derive_seed(*values))
     return g
+
+
+def check_seed(seed: object, what: str = "seed") -> None:
+    """Raise ``ValueError`` unless ``seed`` is a plain int (``bool`` is refused)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"{what} must be an int, got {seed!r}")
