@@ -35,6 +35,18 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run", help="a run folder, or a best.pt/last.pt inside one")
     evaluate.add_argument("--split", default="test", help="dataset split to evaluate (default: test)")
 
+    protocol = sub.add_parser(
+        "protocol", help="run a protocol (conventional, holdout, fair) for configs over seeds and write a results table"
+    )
+    protocol.add_argument("name", choices=["conventional", "holdout", "fair"])
+    protocol.add_argument("configs", nargs="+", help="experiment YAML files, one table row each")
+    protocol.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds (default: 0 1 2)")
+    protocol.add_argument("--out", required=True, help="folder for the runs, results.md and results.json")
+    protocol.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                          help="override applied to every config (repeatable)")
+    protocol.add_argument("--columns", default="thesis", help="column set: thesis (P@1, MAP@R), sft (R@K, NMI, F1), all")
+    protocol.add_argument("--folds", type=int, default=4, help="folds of the fair protocol (default: 4)")
+
     data = sub.add_parser("data", help="list or prepare datasets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     data_sub.add_parser("list", help="list the registered datasets")
@@ -89,6 +101,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_protocol(args: argparse.Namespace) -> int:
+    from dmlkit.protocols import run_protocol
+
+    table = run_protocol(args.name, args.configs, args.out, seeds=args.seeds, overrides=args.overrides,
+                         columns=args.columns, folds=args.folds)
+    print(table)
+    return 0
+
+
 def _cmd_data(args: argparse.Namespace) -> int:
     from dmlkit.data import list_datasets, prepare_dataset
 
@@ -108,7 +129,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return module.main(args.args) or 0
 
 
-COMMANDS = {"train": _cmd_train, "evaluate": _cmd_evaluate, "data": _cmd_data, "bench": _cmd_bench}
+COMMANDS = {"train": _cmd_train, "evaluate": _cmd_evaluate, "data": _cmd_data, "protocol": _cmd_protocol, "bench": _cmd_bench}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from dmlkit.data.base import DMLDataset
 from dmlkit.data.config import DataConfig
 from dmlkit.data.glyphs import GlyphsDataset
 from dmlkit.data.image_folder import ImageFolderDataset
-from dmlkit.data.splits import class_disjoint_split, subset_classes
+from dmlkit.data.splits import class_disjoint_split, class_fold_split, subset_classes
 from dmlkit.registry import Registry, check_kwargs
 
 DATASETS: Registry[DMLDataset] = Registry("dataset")
@@ -76,7 +76,7 @@ def prepare_dataset(name: str, root: str | Path | None = None, **kwargs: Any) ->
 
 
 def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") -> dict[str, DMLDataset]:
-    """The ``train`` / ``val`` / ``test`` datasets of ``config`` (``val`` only if ``val_fraction > 0``).
+    """The ``train`` / ``val`` / ``test`` datasets of ``config`` (``val`` only if ``val_fraction > 0`` or ``folds``).
 
     ``val`` holds the last ``val_fraction`` of the train classes and is never
     augmented; ``train`` keeps the other train classes and is augmented if
@@ -85,7 +85,10 @@ def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") 
     common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
     train = create_dataset(config.name, "train", augment=config.augment, **common)
     out: dict[str, DMLDataset] = {"train": train}
-    if config.val_fraction > 0:
+    if config.folds:
+        train_part, val_part = class_fold_split(train, config.folds, config.fold)
+        out["train"], out["val"] = train_part, val_part.with_augment(False)
+    elif config.val_fraction > 0:
         train_part, val_part = class_disjoint_split(train, config.val_fraction)
         out["train"], out["val"] = train_part, val_part.with_augment(False)
     out["test"] = create_dataset(config.name, test_split, augment=False, **common)

@@ -20,6 +20,9 @@ class DataConfig:
             ``None`` keeps all. The validation hold-out is taken from the capped train classes.
         augment: random augmentation of the training images.
         num_workers: ``DataLoader`` worker processes (0 = load in the main process).
+        folds: with ``folds >= 2`` the validation classes are fold ``fold`` of a class-disjoint
+            ``folds``-fold split of the train classes (the fair protocol) instead of ``val_fraction``.
+        fold: which fold validates (``0 <= fold < folds``).
         params: further keyword arguments of the dataset's constructor (e.g. ``channels`` of ``image_folder``).
     """
 
@@ -30,6 +33,8 @@ class DataConfig:
     max_classes: int | None = None
     augment: bool = True
     num_workers: int = 0
+    folds: int = 0
+    fold: int = 0
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -45,5 +50,9 @@ class DataConfig:
             isinstance(self.max_classes, bool) or not isinstance(self.max_classes, int) or self.max_classes < 1
         ):
             raise ValueError(f"data.max_classes must be a positive int or null, got {self.max_classes!r}")
+        if isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 0 or self.folds == 1:
+            raise ValueError(f"data.folds must be 0 (no folds) or an int >= 2, got {self.folds!r}")
+        if isinstance(self.fold, bool) or not isinstance(self.fold, int) or not 0 <= self.fold < max(self.folds, 1):
+            raise ValueError(f"data.fold must be an int in 0..{max(self.folds - 1, 0)} (data.folds={self.folds}), got {self.fold!r}")
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ValueError(f"data.num_workers must be an int >= 0, got {self.num_workers!r}")

@@ -115,3 +115,24 @@ def class_disjoint_split(
         order = torch.arange(c)
     first, second = order[: c - n_second].sort().values, order[c - n_second :].sort().values
     return subset_classes(dataset, first), subset_classes(dataset, second)
+
+
+def class_fold_split(dataset: DMLDataset, num_folds: int, fold: int) -> tuple[LabelledSubset, LabelledSubset]:
+    """Split ``dataset`` by class into ``num_folds`` contiguous folds: ``(the other folds, fold ``fold``)``.
+
+    The fair protocol of Musgrave et al. (used by the thesis, Sec. 3.3.2.1): the
+    train classes are cut into ``num_folds`` class-disjoint parts in class-id
+    order (fold ``k`` holds classes ``[k*C/F, (k+1)*C/F)``); model ``k`` trains
+    on the other parts and is early-stopped on part ``k``.
+    """
+    if isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 2:
+        raise ValueError(f"num_folds must be an int >= 2, got {num_folds!r}")
+    if isinstance(fold, bool) or not isinstance(fold, int) or not 0 <= fold < num_folds:
+        raise ValueError(f"fold must be an int in 0..{num_folds - 1}, got {fold!r}")
+    c = dataset.num_classes
+    if c < num_folds:
+        raise ValueError(f"{c} classes cannot be cut into {num_folds} class-disjoint folds; use fewer folds")
+    bounds = [round(k * c / num_folds) for k in range(num_folds + 1)]
+    held = torch.arange(bounds[fold], bounds[fold + 1])
+    rest = torch.cat([torch.arange(0, bounds[fold]), torch.arange(bounds[fold + 1], c)])
+    return subset_classes(dataset, rest), subset_classes(dataset, held)

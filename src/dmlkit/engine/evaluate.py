@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dmlkit.config import load_config
+import torch
+from torch import nn
+
+from dmlkit.config import ExperimentConfig, load_config
 from dmlkit.data import create_dataset
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
 from dmlkit.engine.embed import embed_dataset
@@ -27,20 +30,35 @@ def resolve_checkpoint(run_or_checkpoint: str | Path) -> tuple[RunFolder, Path]:
     return folder, checkpoint
 
 
-def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str, Any]:
-    """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``."""
+def load_run_model(run_or_checkpoint: str | Path) -> tuple[ExperimentConfig, nn.Module, RunFolder, Path]:
+    """The run's config and its model with the weights of ``run_or_checkpoint`` (best.pt of a run folder)."""
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
     cfg = load_config(folder.config)
+    train = build_splits(cfg).train
+    model, _ = build_model(cfg, train.in_channels, train.labels, train.num_classes)
+    load_model_state(model, load_checkpoint(checkpoint)["model"], str(checkpoint))
+    return cfg, model, folder, checkpoint
+
+
+def run_split(cfg: ExperimentConfig, split: str) -> Any:
+    """Split ``split`` of the run's dataset, un-augmented."""
     d = cfg.data
     common = dict(root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes, **d.params)
-    dataset = create_dataset(d.name, split, **common)
-    train = build_splits(cfg).train
-    model, _ = build_model(cfg, dataset.in_channels, train.labels, train.num_classes)
-    load_model_state(model, load_checkpoint(checkpoint)["model"], str(checkpoint))
-    embeddings, labels = embed_dataset(model, dataset, cfg.eval.batch_size)
+    return create_dataset(d.name, split, **common)
+
+
+def embed_run(run_or_checkpoint: str | Path, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(embeddings, labels)`` of ``split`` under the run's model."""
+    cfg, model, _, _ = load_run_model(run_or_checkpoint)
+    return embed_dataset(model, run_split(cfg, split), cfg.eval.batch_size)
+
+
+def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str, Any]:
+    """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``."""
+    cfg, model, folder, checkpoint = load_run_model(run_or_checkpoint)
+    embeddings, labels = embed_dataset(model, run_split(cfg, split), cfg.eval.batch_size)
     metrics = retrieval_metrics(embeddings, labels, ks=tuple(cfg.eval.ks))
     if cfg.eval.clustering:
         metrics.update(clustering_metrics(embeddings, labels, seed=cfg.seed))
     write_json_atomic(folder.path / f"eval_{split}.json", {"checkpoint": str(checkpoint), "split": split, **metrics})
     return metrics
-

@@ -1,0 +1,36 @@
+"""The conventional and hold-out protocols: one model per seed, metrics on the test split.
+
+``conventional``: validation (early stopping, model selection) on the *test*
+split, as the SFT and FastAP papers do (``data.val_fraction=0``).
+``holdout``: the config's own class-disjoint hold-out of the train classes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from dmlkit.config import load_config
+from dmlkit.protocols.runs import train_or_reuse
+
+PROTOCOL_OVERRIDES = {"conventional": ["data.val_fraction=0", "data.folds=0"], "holdout": []}
+
+
+def seed_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """A run's test metrics plus its training time per step (seconds)."""
+    steps = max(int(summary.get("steps", 0)), 1)
+    return {**summary["test"], "seconds_per_step": float(summary["train_seconds"]) / steps}
+
+
+def run_single_model(
+    protocol: str, config_path: str | Path, overrides: Sequence[str], seeds: Sequence[int], out_dir: Path, quiet: bool = True
+) -> list[dict[str, float]]:
+    """Train (or reuse) one run per seed under ``protocol``; return each seed's metrics."""
+    if protocol not in PROTOCOL_OVERRIDES:
+        raise ValueError(f"unknown single-model protocol '{protocol}'; valid: {', '.join(PROTOCOL_OVERRIDES)}")
+    results = []
+    for seed in seeds:
+        cfg = load_config(config_path, [*overrides, *PROTOCOL_OVERRIDES[protocol], f"seed={seed}"])
+        summary = train_or_reuse(cfg, out_dir / f"{cfg.name}-seed{seed}", quiet=quiet)
+        results.append(seed_metrics(summary))
+    return results

@@ -1,0 +1,57 @@
+"""The fair protocol (Musgrave et al. 2020; thesis Sec. 3.3.2.1): 4-fold cross-validation of the train classes.
+
+For each seed, ``folds`` models are trained, model ``k`` on all train classes
+but fold ``k`` and early-stopped on fold ``k`` by MAP@R (``train.val_metric``).
+Each model's test embeddings give the *separated* result (metrics averaged
+over the models, "128-d" in the thesis' tables); the concatenation of the
+models' L2-normalised embeddings, normalised again, gives the *concatenated*
+result ("512-d" for 4 models of 128-d).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from dmlkit.config import load_config
+from dmlkit.evaluation import clustering_metrics, retrieval_metrics
+from dmlkit.protocols.runs import train_or_reuse
+from dmlkit.protocols.table import summarise
+
+
+def _metrics(embeddings: torch.Tensor, labels: torch.Tensor, ks: Sequence[int], clustering: bool, seed: int) -> dict[str, float]:
+    out = retrieval_metrics(embeddings, labels, ks=tuple(ks))
+    if clustering:
+        out.update(clustering_metrics(embeddings, labels, seed=seed))
+    return out
+
+
+def run_fair(
+    config_path: str | Path, overrides: Sequence[str], seeds: Sequence[int], out_dir: Path, folds: int = 4, quiet: bool = True
+) -> dict[str, list[dict[str, float]]]:
+    """``{"separated": [per-seed metrics], "concatenated": [per-seed metrics]}`` of the fair protocol."""
+    from dmlkit.engine.evaluate import embed_run
+
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+        raise ValueError(f"the fair protocol needs folds >= 2, got {folds!r}")
+    separated, concatenated = [], []
+    for seed in seeds:
+        per_model, embeddings, labels, cfg = [], [], None, None
+        for fold in range(folds):
+            cfg = load_config(config_path, [*overrides, f"seed={seed}", f"data.folds={folds}", f"data.fold={fold}"])
+            run_dir = out_dir / f"{cfg.name}-seed{seed}-fold{fold}"
+            summary = train_or_reuse(cfg, run_dir, quiet=quiet)
+            emb, lab = embed_run(run_dir, cfg.eval.split)
+            if labels is not None and not torch.equal(lab, labels):
+                raise ValueError(f"fold {fold} embedded a different test set; the folds' configs must share eval.split")
+            labels = lab
+            embeddings.append(F.normalize(emb, dim=1))
+            steps = max(int(summary["steps"]), 1)
+            per_model.append({**summary["test"], "seconds_per_step": float(summary["train_seconds"]) / steps})
+        separated.append({k: v[0] for k, v in summarise(per_model).items()})
+        joint = F.normalize(torch.cat(embeddings, dim=1), dim=1)
+        concatenated.append(_metrics(joint, labels, cfg.eval.ks, cfg.eval.clustering, seed))
+    return {"separated": separated, "concatenated": concatenated}
