@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate = sub.add_parser("evaluate", help="evaluate a run folder's best checkpoint")
     evaluate.add_argument("run", help="a run folder, or a best.pt/last.pt inside one")
     evaluate.add_argument("--split", default="test", help="dataset split to evaluate (default: test)")
+    evaluate.add_argument("--diagnostics", action="store_true",
+                          help="also write diagnostics_<split>.json and geometry plots (SFT r_w, divergences, "
+                               "rotation residuals, spectra; Lemma 3-4 bounds of CE'/CE'' losses)")
 
     protocol = sub.add_parser(
         "protocol", help="run a protocol (conventional, holdout, fair) for configs over seeds and write a results table"
@@ -97,6 +100,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from dmlkit.engine.evaluate import evaluate_run
 
     metrics = evaluate_run(args.run, split=args.split)
+    if args.diagnostics:
+        from dmlkit.engine.diagnostics import run_diagnostics
+
+        metrics = {"metrics": metrics, "diagnostics": run_diagnostics(args.run, split=args.split)}
     print(json.dumps(metrics, indent=2))
     return 0
 

@@ -48,9 +48,18 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    """What the final evaluation reports."""
+    """What the final evaluation reports.
+
+    ``embedding``: ``features`` (the model's embedding) or ``classifier`` (the class
+    outputs of a classifier loss such as ce_weak / ce_metric).
+    """
 
     split: str = "test"
     ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     clustering: bool = True
     batch_size: int = 256
+    embedding: str = "features"
+
+    def __post_init__(self) -> None:
+        if self.embedding not in ("features", "classifier"):
+            raise ValueError(f"eval.embedding must be 'features' or 'classifier', got {self.embedding!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from dmlkit.config import ExperimentConfig, load_config
 from dmlkit.data import create_dataset
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
 from dmlkit.engine.embed import embed_dataset
+from dmlkit.engine.eval_model import evaluation_model
 from dmlkit.engine.run_folder import RunFolder, write_json_atomic
 from dmlkit.engine.trainer import build_model, build_splits
 from dmlkit.evaluation import clustering_metrics, retrieval_metrics
@@ -30,14 +32,33 @@ def resolve_checkpoint(run_or_checkpoint: str | Path) -> tuple[RunFolder, Path]:
     return folder, checkpoint
 
 
-def load_run_model(run_or_checkpoint: str | Path) -> tuple[ExperimentConfig, nn.Module, RunFolder, Path]:
-    """The run's config and its model with the weights of ``run_or_checkpoint`` (best.pt of a run folder)."""
+@dataclass
+class LoadedRun:
+    """A finished run rebuilt from its folder: config, model and objective with the checkpoint's weights."""
+
+    cfg: ExperimentConfig
+    model: nn.Module
+    objective: nn.Module
+    folder: RunFolder
+    checkpoint: Path
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The module evaluated (``eval.embedding``: the features or a classifier's outputs)."""
+        return evaluation_model(self.model, self.objective, self.cfg.eval.embedding)
+
+
+def load_run_model(run_or_checkpoint: str | Path) -> LoadedRun:
+    """The run's config, model and objective with the weights of ``run_or_checkpoint`` (best.pt of a run folder)."""
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
     cfg = load_config(folder.config)
     train = build_splits(cfg).train
-    model, _ = build_model(cfg, train.in_channels, train.labels, train.num_classes)
-    load_model_state(model, load_checkpoint(checkpoint)["model"], str(checkpoint))
-    return cfg, model, folder, checkpoint
+    model, objective = build_model(cfg, train.in_channels, train.labels, train.num_classes)
+    state = load_checkpoint(checkpoint)
+    load_model_state(model, state["model"], str(checkpoint))
+    if "objective" in state:
+        objective.load_state_dict(state["objective"])
+    return LoadedRun(cfg, model, objective, folder, checkpoint)
 
 
 def run_split(cfg: ExperimentConfig, split: str) -> Any:
@@ -49,14 +70,15 @@ def run_split(cfg: ExperimentConfig, split: str) -> Any:
 
 def embed_run(run_or_checkpoint: str | Path, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
     """``(embeddings, labels)`` of ``split`` under the run's model."""
-    cfg, model, _, _ = load_run_model(run_or_checkpoint)
-    return embed_dataset(model, run_split(cfg, split), cfg.eval.batch_size)
+    run = load_run_model(run_or_checkpoint)
+    return embed_dataset(run.eval_model, run_split(run.cfg, split), run.cfg.eval.batch_size)
 
 
 def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str, Any]:
     """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``."""
-    cfg, model, folder, checkpoint = load_run_model(run_or_checkpoint)
-    embeddings, labels = embed_dataset(model, run_split(cfg, split), cfg.eval.batch_size)
+    run = load_run_model(run_or_checkpoint)
+    cfg, folder, checkpoint = run.cfg, run.folder, run.checkpoint
+    embeddings, labels = embed_dataset(run.eval_model, run_split(cfg, split), cfg.eval.batch_size)
     metrics = retrieval_metrics(embeddings, labels, ks=tuple(cfg.eval.ks))
     if cfg.eval.clustering:
         metrics.update(clustering_metrics(embeddings, labels, seed=cfg.seed))

@@ -26,6 +26,7 @@ from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, save_checkpoint
 from dmlkit.engine.early_stopping import EarlyStopping
 from dmlkit.engine.embed import embed_dataset
+from dmlkit.engine.eval_model import evaluation_model
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.objective import MetricLossTerm, Objective
 from dmlkit.engine.optim import build_optimizer, build_scheduler, parameter_groups
@@ -248,8 +249,12 @@ class Trainer:
         return outputs
 
     # ------------------------------------------------------------ validation
+    def eval_model(self) -> nn.Module:
+        """The module evaluated: the embedder, or the classifier outputs (``eval.embedding``)."""
+        return evaluation_model(self.model, self.objective, self.cfg.eval.embedding)
+
     def evaluate(self, dataset: Any, with_clustering: bool = False) -> dict[str, float]:
-        embeddings, labels = embed_dataset(self.model, dataset, self.cfg.eval.batch_size, self.fabric.device)
+        embeddings, labels = embed_dataset(self.eval_model(), dataset, self.cfg.eval.batch_size, self.fabric.device)
         metrics = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
         if with_clustering:
             metrics.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))
@@ -284,7 +289,7 @@ class Trainer:
     def _finish(self) -> dict[str, Any]:
         self._restore_best()
         test_split = self.splits.test
-        embeddings, labels = embed_dataset(self.model, test_split, self.cfg.eval.batch_size, self.fabric.device)
+        embeddings, labels = embed_dataset(self.eval_model(), test_split, self.cfg.eval.batch_size, self.fabric.device)
         test = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
         if self.cfg.eval.clustering:
             test.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))

@@ -548,8 +548,9 @@ def metric_bounds(
     max_same, min_diff = -math.inf, math.inf
     labels = labels.reshape(-1)
     idx = torch.arange(len(x))
-    for start in range(0, len(x), 256):
-        rows = slice(start, start + 256)
+    block = max(1, min(256, 25_000_000 // max(1, len(x) * x.shape[1])))  # ~200 MB of float64 per block
+    for start in range(0, len(x), block):
+        rows = slice(start, start + block)
         dist = crit.distance(x[rows, None, :], x[None, :, :])  # (r, N)
         same = labels[rows, None] == labels[None, :]
         not_self = idx[rows, None] != idx[None, :]

@@ -1,0 +1,63 @@
+"""Diagnostics of a finished run: embedding geometry (SFT paper) and the metric bounds of classifier losses.
+
+``run_diagnostics(run_dir)`` (``dmlkit evaluate RUN --diagnostics``) writes
+``diagnostics_<split>.json`` and figures under ``plots/geometry_<split>/``:
+
+* ``geometry``: :func:`dmlkit.evaluation.geometry.geometry_report` of the split's
+  embeddings (r_w of Eq. 8, divergences of Eq. 11, ``||A sigma - sigma||``, spectra);
+* ``metric_bounds`` (only for a classifier loss with a metric criterion, ce_weak /
+  ce_metric): Lemmas 3-4 of seed 002 on the *training* images (un-augmented), where
+  ``eps`` is the sup of the training loss. ``eps`` is taken over every training image;
+  the pairwise bounds are checked on ``max_pairs_samples`` images drawn with the run's seed
+  (all ``N^2`` pairs of the whole train split would cost ``O(N^2 c)``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dmlkit.engine.embed import embed_dataset
+from dmlkit.engine.eval_model import find_classifier
+from dmlkit.engine.evaluate import load_run_model, run_split
+from dmlkit.engine.run_folder import write_json_atomic
+from dmlkit.engine.trainer import build_splits
+from dmlkit.evaluation.geometry import geometry_report
+from dmlkit.losses.metric_cross_entropy import MetricCrossEntropyLoss, _one_hot, metric_bounds
+
+
+def classifier_bounds(run: Any, max_pairs_samples: int = 1000) -> dict[str, Any] | None:
+    """Lemma 3-4 bounds of the run's classifier loss on its training images, or None without one."""
+    classifier = find_classifier(run.objective)
+    if not isinstance(classifier, MetricCrossEntropyLoss):
+        return None
+    train = build_splits(run.cfg).train.with_augment(False)
+    features, labels = embed_dataset(run.model, train, run.cfg.eval.batch_size)
+    with torch.no_grad():
+        outputs = classifier.outputs(features).double()
+        eps_all = float(classifier.criterion.distance(outputs, _one_hot(labels, outputs.shape[1], outputs.dtype)).max())
+    g = torch.Generator().manual_seed(run.cfg.seed)
+    pick = torch.randperm(len(labels), generator=g)[:max_pairs_samples]
+    bounds = metric_bounds(outputs[pick], labels[pick], classifier)
+    bounds.update(eps_all_train=eps_all, pairs_samples=int(pick.numel()), train_images=int(len(labels)))
+    return bounds
+
+
+def run_diagnostics(run_or_checkpoint: str | Path, split: str = "test", plots: bool = True) -> dict[str, Any]:
+    """Compute, write and return the diagnostics of a run (see the module docstring)."""
+    run = load_run_model(run_or_checkpoint)
+    embeddings, labels = embed_dataset(run.model, run_split(run.cfg, split), run.cfg.eval.batch_size)
+    report: dict[str, Any] = {"split": split, "checkpoint": str(run.checkpoint)}
+    report["geometry"] = geometry_report(embeddings, labels, seed=run.cfg.seed)
+    bounds = classifier_bounds(run)
+    if bounds is not None:
+        report["metric_bounds"] = bounds
+    if plots:
+        from dmlkit.viz.geometry_plots import geometry_figures
+
+        figures = geometry_figures(embeddings, labels, run.folder.plots / f"geometry_{split}", seed=run.cfg.seed)
+        report["figures"] = [str(p) for p in figures]
+    write_json_atomic(run.folder.path / f"diagnostics_{split}.json", report)
+    return report

@@ -1,0 +1,60 @@
+"""Run diagnostics: classifier outputs as embeddings, Lemma 3-4 bounds on a trained CE'' model, geometry plots."""
+
+import json
+
+import pytest
+
+from dmlkit.cli import main
+from dmlkit.config import load_config
+from dmlkit.engine.diagnostics import run_diagnostics
+from dmlkit.engine.evaluate import embed_run, evaluate_run
+from dmlkit.engine.trainer import Trainer
+from tests_helpers import TINY_OVERRIDES
+
+CE = TINY_OVERRIDES + ["loss.name=ce_metric", "plots=false", "data.max_classes=12"]
+
+
+@pytest.fixture(scope="module")
+def ce_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("runs") / "ce"
+    Trainer(load_config("configs/quickstart.yaml", CE + ["eval.embedding=classifier"]), run_dir, quiet=True).fit()
+    return run_dir
+
+
+def test_classifier_outputs_are_the_evaluated_embedding(ce_run):
+    embeddings, _ = embed_run(ce_run)
+    train_classes = 9  # 12 classes, a quarter held out for validation
+    assert embeddings.shape[1] == train_classes
+    assert float(embeddings.min()) >= 0.0 and float(embeddings.sum(1).sub(1).abs().max()) < 1e-5  # softmax outputs
+    summary = json.loads((ce_run / "summary.json").read_text())
+    assert evaluate_run(ce_run)["precision_at_1"] == pytest.approx(summary["test"]["precision_at_1"])
+
+
+def test_metric_bounds_hold_on_the_trained_model(ce_run):
+    report = run_diagnostics(ce_run)
+    bounds = report["metric_bounds"]
+    assert bounds["same_class_guaranteed"] and bounds["different_class_guaranteed"]
+    assert bounds["same_class_holds"] and bounds["different_class_holds"]
+    assert bounds["max_same_class"] <= 2 * bounds["eps"] + 1e-9
+    assert bounds["eps"] <= bounds["eps_all_train"] + 1e-12
+    assert 0.0 <= report["geometry"]["r_w"] <= 1.0
+    for figure in report["figures"]:
+        assert (ce_run / "plots" / "geometry_test" / figure.split("/")[-1]).stat().st_size > 0
+    assert json.loads((ce_run / "diagnostics_test.json").read_text())["metric_bounds"]["eps"] == bounds["eps"]
+
+
+def test_cli_evaluate_diagnostics(ce_run, capsys):
+    assert main(["evaluate", str(ce_run), "--diagnostics"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "metric_bounds" in out["diagnostics"] and "precision_at_1" in out["metrics"]
+
+
+def test_classifier_embedding_needs_a_classifier_loss(tmp_path):
+    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["eval.embedding=classifier", "plots=false"])
+    with pytest.raises(ValueError, match="ce_weak or ce_metric"):
+        Trainer(cfg, tmp_path / "ms", quiet=True).fit()
+
+
+def test_bad_embedding_source_is_rejected():
+    with pytest.raises(ValueError, match="eval.embedding"):
+        load_config("configs/quickstart.yaml", ["eval.embedding=logits"])
