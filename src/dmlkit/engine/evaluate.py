@@ -45,7 +45,7 @@ class LoadedRun:
     @property
     def eval_model(self) -> nn.Module:
         """The module evaluated (``eval.embedding``: the features or a classifier's outputs)."""
-        return evaluation_model(self.model, self.objective, self.cfg.eval.embedding)
+        return evaluation_model(self.model, self.objective, self.cfg.eval.embedding, self.cfg.augment.normalize_input)
 
 
 def load_run_model(run_or_checkpoint: str | Path) -> LoadedRun:

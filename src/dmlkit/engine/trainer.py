@@ -251,7 +251,7 @@ class Trainer:
     # ------------------------------------------------------------ validation
     def eval_model(self) -> nn.Module:
         """The module evaluated: the embedder, or the classifier outputs (``eval.embedding``)."""
-        return evaluation_model(self.model, self.objective, self.cfg.eval.embedding)
+        return evaluation_model(self.model, self.objective, self.cfg.eval.embedding, self.cfg.augment.normalize_input)
 
     def evaluate(self, dataset: Any, with_clustering: bool = False) -> dict[str, float]:
         embeddings, labels = embed_dataset(self.eval_model(), dataset, self.cfg.eval.batch_size, self.fabric.device)
