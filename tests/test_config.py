@@ -73,7 +73,22 @@ def test_exponent_without_dot_is_a_float():
         load_config(None, ["train.lr=fast"])
 
 
-@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path("configs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path("configs").rglob("*.yaml")), ids=lambda p: str(p))
 def test_every_shipped_config_loads(path):
     cfg = load_config(path)
     assert cfg.name == path.stem
+
+
+def test_base_configs_merge_and_cycles_are_reported(tmp_path):
+    (tmp_path / "a.yaml").write_text("name: a\ntrain:\n  lr: 0.5\n  batch_size: 32\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yaml").write_text("base: ../a.yaml\nname: b\ntrain:\n  lr: 0.25\n")
+    cfg = load_config(tmp_path / "sub" / "b.yaml", ["train.max_steps=7"])
+    assert (cfg.name, cfg.train.lr, cfg.train.batch_size, cfg.train.max_steps) == ("b", 0.25, 32, 7)
+    (tmp_path / "c.yaml").write_text("base: d.yaml\nname: c\n")
+    (tmp_path / "d.yaml").write_text("base: c.yaml\nname: d\n")
+    with pytest.raises(ValueError, match="cycle"):
+        load_config(tmp_path / "c.yaml")
+    (tmp_path / "e.yaml").write_text("base: missing.yaml\nname: e\n")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_config(tmp_path / "e.yaml")

@@ -164,17 +164,33 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The values of a config YAML, with its ``base:`` chain merged in.
+
+    ``base: other.yaml`` (a path relative to the file) loads that config first and
+    merges this file's values over it, so a variant states only what differs.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"config file '{path}' does not exist; pass a YAML file such as configs/quickstart.yaml")
+    with open(path) as fh:
+        values = yaml.safe_load(fh) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"config file '{path}' must hold a mapping of sections at its top level")
+    base = values.pop("base", None)
+    if base is None:
+        return values
+    if not isinstance(base, str):
+        raise ValueError(f"'base' in '{path}' must be a path to another config YAML, got {base!r}")
+    base_path = (path.parent / base).resolve()
+    if base_path in _seen or base_path == path.resolve():
+        raise ValueError(f"config '{path}' has a cycle of 'base' files through '{base_path}'")
+    return merge(read_config_file(base_path, (*_seen, path.resolve())), values)
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> ExperimentConfig:
     """Read an experiment YAML (or the defaults when ``path`` is None) and apply ``overrides``."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"config file '{path}' does not exist; pass a YAML file such as configs/quickstart.yaml")
-        with open(path) as fh:
-            values = yaml.safe_load(fh) or {}
-        if not isinstance(values, dict):
-            raise ValueError(f"config file '{path}' must hold a mapping of sections at its top level")
+    values = read_config_file(path) if path is not None else {}
     return from_dict(ExperimentConfig, apply_overrides(values, list(overrides)))
 
 
