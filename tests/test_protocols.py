@@ -119,3 +119,13 @@ def test_fair_protocol_separated_and_concatenated(tmp_path):
 def test_unknown_protocol_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="valid"):
         run_protocol("old", ["configs/quickstart.yaml"], tmp_path)
+
+
+def test_reuse_only_tabulates_finished_runs_and_parallel_jobs_fill_them(tmp_path):
+    table = run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0, 1], overrides=QUICK, reuse=True)
+    assert "quickstart (n=0) | n/a" in table
+    assert not (tmp_path / "quickstart-seed0").exists()
+    table = run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0, 1], overrides=QUICK, jobs=2)
+    assert "quickstart (n=2)" in table
+    assert all((tmp_path / f"quickstart-seed{s}" / "summary.json").is_file() for s in (0, 1))
+    assert run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0, 1], overrides=QUICK, reuse=True) == table

@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="override applied to every config (repeatable)")
     protocol.add_argument("--columns", default="thesis", help="column set: thesis (P@1, MAP@R), sft (R@K, NMI, F1), all")
     protocol.add_argument("--folds", type=int, default=4, help="folds of the fair protocol (default: 4)")
+    protocol.add_argument("--jobs", type=int, default=1, help="train the missing runs in this many processes (default: 1)")
+    protocol.add_argument("--reuse-only", action="store_true", help="train nothing; tabulate the finished runs")
 
     data = sub.add_parser("data", help="list or prepare datasets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -112,7 +114,7 @@ def _cmd_protocol(args: argparse.Namespace) -> int:
     from dmlkit.protocols import run_protocol
 
     table = run_protocol(args.name, args.configs, args.out, seeds=args.seeds, overrides=args.overrides,
-                         columns=args.columns, folds=args.folds)
+                         columns=args.columns, folds=args.folds, jobs=args.jobs, reuse=args.reuse_only)
     print(table)
     return 0
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dmlkit.config import load_config
-from dmlkit.protocols.runs import train_or_reuse
+from dmlkit.protocols.runs import Obtain
 
 PROTOCOL_OVERRIDES = {"conventional": ["data.val_fraction=0", "data.folds=0"], "holdout": []}
 
@@ -23,14 +23,15 @@ def seed_metrics(summary: dict[str, Any]) -> dict[str, float]:
 
 
 def run_single_model(
-    protocol: str, config_path: str | Path, overrides: Sequence[str], seeds: Sequence[int], out_dir: Path, quiet: bool = True
+    protocol: str, config_path: str | Path, overrides: Sequence[str], seeds: Sequence[int], out_dir: Path, obtain: Obtain
 ) -> list[dict[str, float]]:
-    """Train (or reuse) one run per seed under ``protocol``; return each seed's metrics."""
+    """One run per seed under ``protocol``; the metrics of each seed whose run is available."""
     if protocol not in PROTOCOL_OVERRIDES:
         raise ValueError(f"unknown single-model protocol '{protocol}'; valid: {', '.join(PROTOCOL_OVERRIDES)}")
     results = []
     for seed in seeds:
         cfg = load_config(config_path, [*overrides, *PROTOCOL_OVERRIDES[protocol], f"seed={seed}"])
-        summary = train_or_reuse(cfg, out_dir / f"{cfg.name}-seed{seed}", quiet=quiet)
-        results.append(seed_metrics(summary))
+        summary = obtain(cfg, out_dir / f"{cfg.name}-seed{seed}")
+        if summary is not None:
+            results.append(seed_metrics(summary))
     return results

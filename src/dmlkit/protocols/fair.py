@@ -18,7 +18,8 @@ import torch.nn.functional as F
 
 from dmlkit.config import load_config
 from dmlkit.evaluation import clustering_metrics, retrieval_metrics
-from dmlkit.protocols.runs import train_or_reuse
+from dmlkit.protocols.conventional import seed_metrics
+from dmlkit.protocols.runs import Obtain
 from dmlkit.protocols.table import summarise
 
 
@@ -30,27 +31,31 @@ def _metrics(embeddings: torch.Tensor, labels: torch.Tensor, ks: Sequence[int], 
 
 
 def run_fair(
-    config_path: str | Path, overrides: Sequence[str], seeds: Sequence[int], out_dir: Path, folds: int = 4, quiet: bool = True
+    config_path: str | Path, overrides: Sequence[str], seeds: Sequence[int], out_dir: Path, obtain: Obtain, folds: int = 4
 ) -> dict[str, list[dict[str, float]]]:
-    """``{"separated": [per-seed metrics], "concatenated": [per-seed metrics]}`` of the fair protocol."""
+    """``{"separated": [per-seed metrics], "concatenated": [per-seed metrics]}`` of the fair protocol.
+
+    A seed is reported only when all of its fold runs are available.
+    """
     from dmlkit.engine.evaluate import embed_run
 
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise ValueError(f"the fair protocol needs folds >= 2, got {folds!r}")
     separated, concatenated = [], []
     for seed in seeds:
-        per_model, embeddings, labels, cfg = [], [], None, None
-        for fold in range(folds):
-            cfg = load_config(config_path, [*overrides, f"seed={seed}", f"data.folds={folds}", f"data.fold={fold}"])
-            run_dir = out_dir / f"{cfg.name}-seed{seed}-fold{fold}"
-            summary = train_or_reuse(cfg, run_dir, quiet=quiet)
+        configs = [load_config(config_path, [*overrides, f"seed={seed}", f"data.folds={folds}", f"data.fold={k}"]) for k in range(folds)]
+        run_dirs = [out_dir / f"{c.name}-seed{seed}-fold{k}" for k, c in enumerate(configs)]
+        summaries = [obtain(c, d) for c, d in zip(configs, run_dirs)]
+        if any(s is None for s in summaries):
+            continue
+        per_model, embeddings, labels, cfg = [], [], None, configs[0]
+        for fold, (run_dir, summary) in enumerate(zip(run_dirs, summaries)):
             emb, lab = embed_run(run_dir, cfg.eval.split)
             if labels is not None and not torch.equal(lab, labels):
                 raise ValueError(f"fold {fold} embedded a different test set; the folds' configs must share eval.split")
             labels = lab
             embeddings.append(F.normalize(emb, dim=1))
-            steps = max(int(summary["steps"]), 1)
-            per_model.append({**summary["test"], "seconds_per_step": float(summary["train_seconds"]) / steps})
+            per_model.append(seed_metrics(summary))
         separated.append({k: v[0] for k, v in summarise(per_model).items()})
         joint = F.normalize(torch.cat(embeddings, dim=1), dim=1)
         concatenated.append(_metrics(joint, labels, cfg.eval.ks, cfg.eval.clustering, seed))

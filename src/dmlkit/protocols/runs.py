@@ -1,32 +1,42 @@
-"""Train one run of a protocol, or reuse it: a finished run is read back, an interrupted one resumed.
+"""Obtain the runs of a protocol: train them, reuse finished ones, or only plan them for parallel workers.
 
 Protocols train many runs; a command stopped half-way picks up where it was
-(runs with a ``summary.json`` are not trained again, runs with only ``last.pt`` resume).
+(runs with a ``summary.json`` are not trained again, runs with only ``last.pt``
+resume). ``--jobs N`` first *plans* every run, trains them in ``N`` worker
+processes, then aggregates; ``--reuse-only`` aggregates the finished runs alone.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
-from dmlkit.config import ExperimentConfig, dump_config
+from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.engine.run_folder import RunFolder
+
+Summary = Optional[dict[str, Any]]
+Obtain = Callable[[ExperimentConfig, Path], Summary]
+
+
+def _check_same_config(cfg: ExperimentConfig, folder: RunFolder) -> None:
+    if folder.config.is_file() and folder.config.read_text() != dump_config(cfg):
+        raise ValueError(f"'{folder.path}' holds a run of another config; delete it or choose another --out folder")
 
 
 def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True) -> dict[str, Any]:
     """The summary of the run of ``cfg`` in ``run_dir``, training (or resuming) it if needed.
 
-    A folder holding a finished run of a *different* config is an error, so a
-    changed config never silently reuses stale results.
+    A folder holding a run of a *different* config is an error, so a changed
+    config never silently reuses stale results.
     """
     from dmlkit.engine.trainer import Trainer
 
     folder = RunFolder(run_dir)
-    if folder.config.is_file() and folder.config.read_text() != dump_config(cfg):
-        raise ValueError(
-            f"'{run_dir}' holds a run of another config; delete it or choose another --out folder"
-        )
+    _check_same_config(cfg, folder)
     if folder.summary.is_file():
         return json.loads(folder.summary.read_text())
     if folder.last_checkpoint.is_file():
@@ -34,3 +44,53 @@ def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True) -> 
     if folder.path.exists() and any(folder.path.iterdir()):
         raise ValueError(f"'{run_dir}' holds an unfinished run with no checkpoint; delete it to start again")
     return Trainer(cfg, run_dir, quiet=quiet).fit()
+
+
+def reuse_only(cfg: ExperimentConfig, run_dir: Path) -> Summary:
+    """The finished run's summary, or None when it has not finished."""
+    folder = RunFolder(run_dir)
+    _check_same_config(cfg, folder)
+    return json.loads(folder.summary.read_text()) if folder.summary.is_file() else None
+
+
+class Planner:
+    """An ``Obtain`` that only records which runs are needed (their config text and folder)."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, Path]] = []
+
+    def __call__(self, cfg: ExperimentConfig, run_dir: Path) -> Summary:
+        folder = RunFolder(run_dir)
+        _check_same_config(cfg, folder)
+        if not folder.summary.is_file():
+            self.runs.append((dump_config(cfg), run_dir))
+        return None
+
+
+def _train_from_text(config_text: str, run_dir: str) -> str:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        fh.write(config_text)
+    try:
+        train_or_reuse(load_config(fh.name), Path(run_dir))
+    except Exception:  # reported by the parent, the other runs go on
+        return traceback.format_exc()
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    return ""
+
+
+def train_in_parallel(runs: list[tuple[str, Path]], jobs: int) -> list[str]:
+    """Train ``runs`` in ``jobs`` spawned processes; return the error reports of the runs that failed."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    errors = []
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_train_from_text, text, str(run_dir)): run_dir for text, run_dir in runs}
+        for future in as_completed(futures):
+            report = future.result()
+            if report:
+                errors.append(f"{futures[future]}:\n{report}")
+    return errors
