@@ -241,7 +241,7 @@ def test_build_embedder_with_pooling_params():
     "cfg, match",
     [
         (ModelConfig(backbone="vgg"), "valid values are: resnet20"),
-        (ModelConfig(pooling="avg"), "valid values are: gap"),
+        (ModelConfig(pooling="avg"), "valid values are: .*gap, gap[+]gmp"),
         (ModelConfig(normalize="l1"), "valid values are: l2, lipschitz, none"),
         (ModelConfig(pooling="gem", pooling_params={"q": 2}), "valid parameters"),
         (ModelConfig(embedding_dim=0), "embedding_dim"),

@@ -8,10 +8,20 @@ to live in ``dmlkit/pooling/<file>.py`` and use ``@register_pooling(name)``.
 
 from __future__ import annotations
 
+from dmlkit.pooling.attention import AttentionPool, attention_pool
+from dmlkit.pooling.gsp import GSP, generalized_sum_pool, generalized_sum_pool_unrolled
+from dmlkit.pooling.netvlad import NetVLAD, netvlad
 from dmlkit.pooling.registry import create_pooling, list_poolings, register_pooling
 from dmlkit.pooling.simple import GAP, GAPGMP, GMP, GeM, gap, gap_gmp, gem, gmp
 
 __all__ = [
+    "GSP",
+    "AttentionPool",
+    "NetVLAD",
+    "attention_pool",
+    "generalized_sum_pool",
+    "generalized_sum_pool_unrolled",
+    "netvlad",
     "GAP",
     "GAPGMP",
     "GMP",

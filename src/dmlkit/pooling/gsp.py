@@ -1,0 +1,367 @@
+"""Generalized Sum Pooling (GSP), Chapter 5 of the thesis (Gurbuz, METU 2022).
+
+GSP replaces the uniform weights ``1/n`` of global average pooling by weights
+chosen by an entropy-smoothed optimal-transport problem between the ``n`` local
+features ``f_j`` and ``m`` learnable prototypes ``w_i``:
+
+* costs (Sec. 5.2.1): ``c_ij = || w_i/max(1,||w_i||) - f_j/max(1,||f_j||) ||_2``;
+* problem (P2): ``min_{rho, pi >= 0} <c, pi> + (1/eps) (sum pi log pi + sum rho log rho)``
+  subject to ``rho_j + sum_i pi_ij = 1/n`` for every feature ``j`` and
+  ``sum_ij pi_ij = mu``: a fraction ``mu`` of the uniform feature mass is moved to
+  the prototypes, the rest ``rho`` is discarded;
+* pooling (Eq. 5.2.1): ``g = sum_j (1/n - rho_j)/mu * f_j``.
+
+Forward: the iteration of Proposition 5.2.1, started at ``t = 1``::
+
+    rho <- 1/n (1 + t * K^T 1_m)^-1,   t <- mu (1_m^T K rho)^-1,   K = exp(-eps c),
+
+with the plan ``pi = t K Diag(rho)``.  The fixed point is the solution of (P2):
+stationarity of the Lagrangian gives ``rho_j = exp(-eps a_j - 1)`` and
+``pi_ij = exp(-eps b) K_ij rho_j`` (``a``, ``b`` the multipliers of the two
+constraints), and the two updates enforce the two constraints in turn (the
+Bregman projections of Appendix B.2).  Only the column sums ``s = K^T 1_m``
+enter (``1_m^T K rho = s^T rho``), so they are computed once and the iterates
+are exactly those of the proposition.  The layer works in the log domain:
+``log s_j = logsumexp_i(-eps c_ij)``, ``log t <- log t + log(mu n) - log sum_j
+sigmoid(log t + log s_j)`` (the ``t`` update with ``rho`` substituted) and at the
+end ``log rho_j = -log n - softplus(log t + log s_j)``; all stay finite for any
+``eps * c`` (eps = 20 and far prototypes included).
+
+(P2) does not change when a constant is added to all costs of a sample (the
+plan's mass is fixed), so the smallest cost of each sample is shifted to 0 first,
+which keeps float32 accurate for large costs; the iteration (started at ``t = 1``)
+runs on the shifted costs, in the layer and in the unrolled reference alike.
+
+Convergence: the iteration is a fixed-point map on the scalar ``t``; it
+converges in a few tens of steps when the spread ``eps * (max c - min c)`` is
+moderate -- for the layer's costs (at most 2), eps = 20, mu = 0.3 and 7x7 maps,
+50 steps reach float64 precision even with the largest spread -- but the number
+of steps grows with that spread and with smaller ``mu * n`` (2x2 maps: about
+200; mu = 0.05 on 7x7: about 200), and raw cost matrices with huge spreads need
+many more than 100.  After ``iters`` steps the returned pair is
+``(rho^(k), pi^(k) = t^(k) K Diag(rho^(k)))``: the plan has total mass exactly
+``mu``; the per-feature constraint holds up to the convergence error.
+
+Backward: the closed form of Proposition 5.2.2 (proof in Appendix B.3), in a
+custom ``torch.autograd.Function`` that saves only ``rho`` and ``pi`` (memory
+independent of ``iters``).  The extracted formula (5.2.2) is garbled; the reading
+implemented here, re-derived from the proof (``dx/dc = -eps (D - D A^T H^-1 A D)``
+with the block inverse of ``H`` given there), is::
+
+    q_j   = rho_j dL/drho_j + sum_i pi_ij dL/dpi_ij                  (a vector over features)
+    eta   = sum_j rho_j dL/drho_j - n q^T rho
+    k     = 1 - mu - n rho^T rho
+    dL/dc_ij = -eps * pi_ij * ( dL/dpi_ij - n (q_j - (eta / k) rho_j) )
+
+i.e. ``gamma = eps``, the ``1_n`` under ``q`` is a sum over prototypes, and the
+trailing ``rho`` of (5.2.2) sits inside the ``Diag``.  At the fixed point
+``1 - n rho_j = n sum_i pi_ij``; the code uses that form for ``k`` and ``eta``
+(``k = sum_j rho_j (1 - n rho_j)``), which avoids cancellation when the smoothing
+is weak and ``k`` is small.
+
+``mu = 1`` (Claim 5.2.1): the constraints force ``rho = 0``, so the pooling is
+exactly global average pooling; the iteration would only approach ``rho = 0``
+(``t -> inf``), so this case is solved in closed form: ``rho = 0`` and
+``pi_ij = K_ij / (n s_j)``, with the gradient of that column softmax (the
+formula above with the ``eta/k`` term, which is ``0/0`` there, dropped).
+
+``generalized_sum_pool_unrolled`` is the reference: autograd through the
+iterations of Proposition 5.2.1 written literally (``K^T 1_m`` and ``K rho``
+recomputed in every step, so each step touches the ``m x n`` costs, as a direct
+implementation of the proposition does).  ``unroll="hoisted"`` unrolls the
+cheaper iteration of the layer (column sums once) instead.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from dmlkit.pooling.registry import register_pooling
+
+__all__ = [
+    "GSP",
+    "MAX_PROTOTYPES",
+    "generalized_sum_pool",
+    "generalized_sum_pool_unrolled",
+    "gsp_costs",
+    "gsp_transport",
+    "gsp_transport_unrolled",
+]
+
+MAX_PROTOTYPES = 4096
+"""Largest accepted number of prototypes: the plan is (B, m, n) per batch; the thesis uses 64 or 128."""
+
+_MIN_SQ_DIST = 1e-12  # squared distances are clamped here so that sqrt has a finite gradient at 0
+
+
+def _check_params(mu: float, eps: float, iters: int) -> None:
+    if not isinstance(mu, (int, float)) or not 0.0 < float(mu) <= 1.0:
+        raise ValueError(f"GSP mu (the transported mass fraction) must be in (0, 1], got {mu!r}; mu=1 is GAP")
+    if not isinstance(eps, (int, float)) or not float(eps) > 0.0 or not math.isfinite(float(eps)):
+        raise ValueError(f"GSP eps (inverse entropy smoothing) must be a positive finite number, got {eps!r}")
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"GSP iters (iterations of Proposition 5.2.1) must be a positive integer, got {iters!r}")
+
+
+def _check_inputs(features: torch.Tensor, prototypes: torch.Tensor) -> None:
+    if features.ndim != 3:
+        raise ValueError(
+            f"GSP features must be (B, n, d) (batch, local features, channels), got shape {tuple(features.shape)}; "
+            "for a feature map (B, d, h, w) use the GSP module or x.flatten(2).transpose(1, 2)"
+        )
+    if prototypes.ndim != 2 or prototypes.shape[1] != features.shape[2]:
+        raise ValueError(
+            f"GSP prototypes must be (m, d) with d = {features.shape[2]} (the feature channels), "
+            f"got shape {tuple(prototypes.shape)}"
+        )
+    if features.shape[1] < 1 or prototypes.shape[0] < 1:
+        raise ValueError("GSP needs at least one local feature and one prototype")
+    if not features.is_floating_point() or not prototypes.is_floating_point():
+        raise ValueError("GSP features and prototypes must be floating-point tensors")
+
+
+def _unit_ball(u: torch.Tensor) -> torch.Tensor:
+    """``u / max(1, ||u||_2)`` row-wise (the normalisation of Sec. 5.2.1)."""
+    sq = (u * u).sum(dim=-1, keepdim=True)
+    return u / sq.clamp(min=1.0).sqrt()
+
+
+def gsp_costs(features: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
+    """Costs ``c_ij = ||w_i/max(1,||w_i||) - f_j/max(1,||f_j||)||_2`` (Sec. 5.2.1), shape ``(B, m, n)``.
+
+    Squared distances are clamped at ``1e-12`` before the square root, so a
+    prototype equal to a feature has cost ``1e-6`` and a finite (zero) gradient.
+    """
+    _check_inputs(features, prototypes)
+    f = _unit_ball(features)  # (B, n, d)
+    w = _unit_ball(prototypes)  # (m, d)
+    sq = (w * w).sum(-1)[None, :, None] + (f * f).sum(-1)[:, None, :] - 2.0 * torch.matmul(w, f.transpose(1, 2))
+    return sq.clamp(min=_MIN_SQ_DIST).sqrt()
+
+
+def _iterate(log_s: torch.Tensor, mu: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``iters`` steps of Proposition 5.2.1 from ``t = 1`` given ``log s = log K^T 1_m`` (B, n).
+
+    Returns ``(log rho^(k), log t^(k))``.  The step ``t <- mu / (s^T rho)`` with
+    ``rho_j = 1 / (n (1 + t s_j))`` is computed as
+    ``log t <- log t + log(mu n) - log sum_j sigmoid(log t + log s_j)``
+    (since ``s_j rho_j = sigmoid(log t + log s_j) / (n t)``), which is finite for
+    all inputs and cheaper than a log-sum-exp; ``rho`` is formed once at the end.
+    """
+    n = log_s.shape[-1]
+    log_mu_n = math.log(mu * n)
+    log_t = torch.zeros(log_s.shape[0], dtype=log_s.dtype, device=log_s.device)  # t^(0) = 1
+    log_t_prev = log_t
+    for _ in range(iters):
+        log_t_prev = log_t
+        log_t = log_t + log_mu_n - torch.sigmoid(log_t[:, None] + log_s).sum(dim=-1).log()
+    log_rho = -math.log(n) - F.softplus(log_t_prev[:, None] + log_s)  # rho^(k) comes from t^(k-1)
+    return log_rho, log_t
+
+
+def _solve(costs: torch.Tensor, mu: float, eps: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fixed point of Proposition 5.2.1 in the log domain (no autograd graph needed); see the module doc."""
+    n = costs.shape[-1]
+    # (P2) is invariant to adding a constant to all costs of one sample (the plan's mass is fixed to mu),
+    # so the smallest cost is moved to 0: log t stays moderate and float32 keeps its precision.
+    shifted = costs - costs.amin(dim=(1, 2), keepdim=True)
+    log_k = -eps * shifted  # (B, m, n)
+    log_s = torch.logsumexp(log_k, dim=1)  # log K^T 1_m, (B, n)
+    if mu == 1.0:  # Claim 5.2.1: rho = 0, pi = column softmax / n (the limit t -> inf)
+        return torch.zeros_like(log_s), torch.exp(log_k - log_s[:, None, :] - math.log(n))
+    log_rho, log_t = _iterate(log_s, mu, iters)
+    log_pi = log_t[:, None, None] + log_k + log_rho[:, None, :]
+    return log_rho.exp(), log_pi.exp()
+
+
+def _transport_grad(
+    rho: torch.Tensor, pi: torch.Tensor, g_rho: torch.Tensor, g_pi: torch.Tensor, mu: float, eps: float
+) -> torch.Tensor:
+    """``dL/dc`` by Proposition 5.2.2 (reading documented in the module docstring)."""
+    n = rho.shape[-1]
+    pg = pi * g_pi  # (B, m, n)
+    col_pg = pg.sum(dim=1)  # sum_i pi_ij dL/dpi_ij, (B, n)
+    q = rho * g_rho + col_pg
+    inner = n * q
+    if mu != 1.0:
+        rho_hat = n * pi.sum(dim=1)  # = 1 - n rho_j at the fixed point
+        k = (rho * rho_hat).sum(dim=-1)  # = 1 - mu - n rho^T rho
+        eta = (rho * (rho_hat * g_rho - n * col_pg)).sum(dim=-1)  # = sum rho dL/drho - n q^T rho
+        ratio = torch.where(k > 0, eta / k.clamp(min=torch.finfo(k.dtype).tiny), torch.zeros_like(k))
+        inner = inner - n * rho * ratio[:, None]
+    return -eps * (pg - pi * inner[:, None, :])
+
+
+class _GSPTransport(torch.autograd.Function):
+    """costs (B, m, n) -> (rho (B, n), pi (B, m, n)): forward Prop. 5.2.1, backward Prop. 5.2.2."""
+
+    @staticmethod
+    def forward(ctx: Any, costs: torch.Tensor, mu: float, eps: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rho, pi = _solve(costs.detach(), mu, eps, iters)
+        ctx.save_for_backward(rho, pi)
+        ctx.mu, ctx.eps = mu, eps
+        return rho, pi
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g_rho: torch.Tensor, g_pi: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+        rho, pi = ctx.saved_tensors
+        return _transport_grad(rho, pi, g_rho, g_pi, ctx.mu, ctx.eps), None, None, None
+
+
+def gsp_transport(
+    costs: torch.Tensor, mu: float = 0.3, eps: float = 5.0, iters: int = 100
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Solve (P2) for costs ``(B, m, n)``: residuals ``rho`` ``(B, n)`` and plan ``pi`` ``(B, m, n)``.
+
+    Forward by Proposition 5.2.1, gradient w.r.t. ``costs`` by Proposition 5.2.2.
+    """
+    _check_params(mu, eps, iters)
+    if costs.ndim != 3:
+        raise ValueError(f"GSP costs must be (B, m, n), got shape {tuple(costs.shape)}")
+    return _GSPTransport.apply(costs, float(mu), float(eps), int(iters))
+
+
+def gsp_transport_unrolled(
+    costs: torch.Tensor, mu: float = 0.3, eps: float = 5.0, iters: int = 100, unroll: str = "literal"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference: the iterations of Proposition 5.2.1 as ordinary autograd operations.
+
+    ``unroll="literal"`` recomputes ``K^T 1_m`` and ``K rho`` (log domain) in every
+    step as the proposition is written; ``"hoisted"`` runs the layer's own
+    iteration (column sums once, ``_iterate``) under autograd.
+    ``mu = 1`` returns the closed form of Claim 5.2.1, like ``gsp_transport``.
+    """
+    _check_params(mu, eps, iters)
+    if unroll not in ("literal", "hoisted"):
+        raise ValueError(f"unroll must be 'literal' or 'hoisted', got {unroll!r}")
+    n = costs.shape[-1]
+    log_n = math.log(n)
+    log_k = -float(eps) * (costs - costs.detach().amin(dim=(1, 2), keepdim=True))  # the shift of ``_solve``
+    if float(mu) == 1.0:
+        log_s = torch.logsumexp(log_k, dim=1)
+        return torch.zeros_like(log_s), torch.exp(log_k - log_s[:, None, :] - log_n)
+    if unroll == "hoisted":
+        log_rho, log_t = _iterate(torch.logsumexp(log_k, dim=1), float(mu), iters)
+    else:
+        log_mu = math.log(mu)
+        log_t = torch.zeros(costs.shape[0], dtype=costs.dtype, device=costs.device)  # t^(0) = 1
+        log_rho = log_t
+        for _ in range(iters):
+            log_rho = -log_n - F.softplus(log_t[:, None] + torch.logsumexp(log_k, dim=1))  # 1/n (1 + t K^T 1)^-1
+            log_t = log_mu - torch.logsumexp(log_k + log_rho[:, None, :], dim=(1, 2))  # mu (1^T K rho)^-1
+    return log_rho.exp(), torch.exp(log_t[:, None, None] + log_k + log_rho[:, None, :])
+
+
+def _pool(features: torch.Tensor, rho: torch.Tensor, mu: float) -> torch.Tensor:
+    """Eq. 5.2.1: ``sum_j (1/n - rho_j)/mu * f_j``."""
+    n = features.shape[1]
+    weights = (1.0 / n - rho) / mu  # (B, n)
+    return torch.bmm(weights.unsqueeze(1), features).squeeze(1)
+
+
+def generalized_sum_pool(
+    features: torch.Tensor, prototypes: torch.Tensor, mu: float = 0.3, eps: float = 5.0, iters: int = 100
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized sum pooling (Eq. 5.2.1 with (P2)): ``(B, n, d), (m, d) -> (pooled (B, d), plan (B, m, n))``.
+
+    Args:
+        features: local features ``f_j``, ``(B, n, d)``.
+        prototypes: prototypes ``w_i``, ``(m, d)``.
+        mu: transported mass fraction in (0, 1]; 1 is exactly global average pooling (Claim 5.2.1).
+        eps: inverse entropy smoothing of (P2) (5.0 for pair losses, 0.5 for proxy losses, Sec. 5.2.4).
+        iters: iterations of Proposition 5.2.1 (100 in Sec. 5.2.4).
+
+    The plan's rows summed and divided by ``mu`` are the pseudo-attributes of Eq. 5.2.3.
+    Gradients reach ``features`` (through the weights and the costs) and ``prototypes``;
+    the transport step is differentiated by Proposition 5.2.2 (no unrolled graph).
+    """
+    _check_params(mu, eps, iters)
+    rho, plan = gsp_transport(gsp_costs(features, prototypes), mu, eps, iters)
+    return _pool(features, rho, float(mu)), plan
+
+
+def generalized_sum_pool_unrolled(
+    features: torch.Tensor,
+    prototypes: torch.Tensor,
+    mu: float = 0.3,
+    eps: float = 5.0,
+    iters: int = 100,
+    unroll: str = "literal",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``generalized_sum_pool`` differentiated by autograd through the unrolled iterations (reference)."""
+    _check_params(mu, eps, iters)
+    rho, plan = gsp_transport_unrolled(gsp_costs(features, prototypes), mu, eps, iters, unroll)
+    return _pool(features, rho, float(mu)), plan
+
+
+def _map_to_features(x: torch.Tensor, dim: int) -> torch.Tensor:
+    if x.ndim != 4:
+        raise ValueError(f"pooling expects a local feature map (B, C, h, w), got shape {tuple(x.shape)}")
+    if x.shape[1] != dim:
+        raise ValueError(f"GSP was built for {dim} channels but the feature map has {x.shape[1]}")
+    return x.flatten(2).transpose(1, 2)  # (B, h*w, C)
+
+
+@register_pooling("gsp")
+class GSP(nn.Module):
+    """Generalized Sum Pooling layer on feature maps ``(B, dim, h, w) -> (B, dim)`` (thesis Ch. 5).
+
+    Args:
+        dim: channels of the local features (= prototype size = output size).
+        num_prototypes: ``m`` learnable prototypes (64 or 128 in Sec. 5.2.4), at most ``MAX_PROTOTYPES``.
+        mu: transported mass fraction in (0, 1] (0.3 in Sec. 5.2.4; 1 = GAP).
+        eps: inverse entropy smoothing (5.0 for pair losses, 0.5 for proxy losses, Sec. 5.2.4).
+        iters: iterations of Proposition 5.2.1 (100).
+        generator: optional ``torch.Generator`` for the prototype initialisation
+            (``N(0, 1/dim)`` entries, so prototypes start near the unit sphere);
+            without it torch's default generator is used, like any layer's init.
+
+    ``forward`` returns the pooled features; ``forward_with_plan`` also returns
+    the transport plan ``(B, m, n)`` (for the zero-shot prediction loss, Eq. 5.2.3).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_prototypes: int = 64,
+        mu: float = 0.3,
+        eps: float = 5.0,
+        iters: int = 100,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        _check_params(mu, eps, iters)
+        if isinstance(num_prototypes, bool) or not isinstance(num_prototypes, int) or num_prototypes < 1:
+            raise ValueError(f"GSP num_prototypes must be a positive integer, got {num_prototypes!r}")
+        if num_prototypes > MAX_PROTOTYPES:
+            raise ValueError(
+                f"GSP num_prototypes={num_prototypes} is more than {MAX_PROTOTYPES}; the thesis uses 64 or 128 "
+                "(the plan has batch x prototypes x pixels entries), choose fewer"
+            )
+        self.dim = dim
+        self.num_prototypes = num_prototypes
+        self.mu = float(mu)
+        self.eps = float(eps)
+        self.iters = iters
+        init = torch.randn(num_prototypes, dim, generator=generator) / math.sqrt(dim)
+        self.prototypes = nn.Parameter(init)
+
+    def output_dim(self, input_dim: int) -> int:
+        return input_dim
+
+    def forward_with_plan(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, dim, h, w) -> (pooled (B, dim), plan (B, num_prototypes, h*w))``."""
+        return generalized_sum_pool(_map_to_features(x, self.dim), self.prototypes, self.mu, self.eps, self.iters)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_with_plan(x)[0]
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, num_prototypes={self.num_prototypes}, mu={self.mu}, eps={self.eps}, iters={self.iters}"

@@ -1,0 +1,242 @@
+"""Generalized Sum Pooling (thesis Ch. 5): forward against an independent solver of (P2),
+closed-form gradient (Prop. 5.2.2) against finite differences and unrolled autograd,
+Claim 5.2.1, the constraints of (P2), numerical safety, the layer and the registry."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+from dmlkit.models.config import ModelConfig, build_embedder
+from dmlkit.pooling import GSP, create_pooling, gap, generalized_sum_pool, generalized_sum_pool_unrolled
+from dmlkit.pooling.gsp import MAX_PROTOTYPES, gsp_costs, gsp_transport, gsp_transport_unrolled
+
+D64 = torch.float64
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _features(b: int, n: int, d: int, seed: int = 0, dtype: torch.dtype = D64) -> torch.Tensor:
+    return torch.randn(b, n, d, generator=_gen(seed), dtype=dtype)
+
+
+def _p2_scipy(c: np.ndarray, mu: float, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Solve (P2) for one cost matrix (m, n) with a generic constrained optimiser (SLSQP)."""
+    m, n = c.shape
+
+    def objective(x: np.ndarray) -> float:
+        rho, pi = x[:n], x[n:]
+        return float(c.ravel() @ pi + (pi @ np.log(pi) + rho @ np.log(rho)) / eps)
+
+    cons = [{"type": "eq", "fun": lambda x: x[:n] + x[n:].reshape(m, n).sum(0) - 1.0 / n},
+            {"type": "eq", "fun": lambda x: np.array([x[n:].sum() - mu])}]
+    x0 = np.concatenate([np.full(n, (1 - mu) / n), np.full(m * n, mu / (m * n))])
+    res = minimize(objective, x0, method="SLSQP", bounds=[(1e-12, None)] * (n + m * n), constraints=cons,
+                   options={"ftol": 1e-14, "maxiter": 1000})
+    assert res.success, res.message
+    return res.x[:n], res.x[n:].reshape(m, n)
+
+
+@pytest.mark.parametrize("mu,eps", [(0.3, 5.0), (0.5, 1.0), (0.2, 10.0)])
+def test_forward_solves_p2(mu, eps):
+    """Prop. 5.2.1's fixed point equals the minimiser of (P2) found by a generic solver."""
+    c = torch.rand(1, 3, 4, generator=_gen(1), dtype=D64) * 2
+    rho, pi = gsp_transport(c, mu, eps, iters=500)
+    rho_ref, pi_ref = _p2_scipy(c[0].numpy(), mu, eps)
+    assert np.allclose(rho[0].numpy(), rho_ref, atol=2e-6)
+    assert np.allclose(pi[0].numpy(), pi_ref, atol=2e-6)
+
+
+@pytest.mark.parametrize("mu,eps", [(0.3, 5.0), (0.7, 0.5), (0.3, 20.0), (1.0, 5.0)])
+def test_plan_satisfies_p2_constraints(mu, eps):
+    f = _features(3, 9, 6)
+    w = torch.randn(5, 6, generator=_gen(2), dtype=D64)
+    rho, pi = gsp_transport(gsp_costs(f, w), mu, eps, iters=100)
+    n = f.shape[1]
+    assert (rho >= 0).all() and (pi >= 0).all()
+    assert torch.allclose(rho + pi.sum(dim=1), torch.full_like(rho, 1.0 / n), atol=1e-10)
+    assert torch.allclose(pi.sum(dim=(1, 2)), torch.full((3,), mu, dtype=D64), atol=1e-12)
+    pooled, plan = generalized_sum_pool(f, w, mu, eps, iters=100)
+    assert torch.equal(plan, pi)
+    weights = (1.0 / n - rho) / mu  # Eq. 5.2.1 weights: non-negative, sum to one
+    assert (weights >= -1e-12).all() and torch.allclose(weights.sum(-1), torch.ones(3, dtype=D64))
+    assert torch.allclose(pooled, torch.einsum("bn,bnd->bd", weights, f))
+
+
+def test_mu_one_is_global_average_pooling():
+    """Claim 5.2.1: mu = 1 gives GAP (rho = 0 exactly), for any prototypes and eps."""
+    x = torch.randn(2, 6, 3, 4, generator=_gen(3), dtype=D64)
+    layer = GSP(6, num_prototypes=7, mu=1.0, eps=20.0, generator=_gen(4)).double()
+    pooled, plan = layer.forward_with_plan(x)
+    assert torch.allclose(pooled, gap(x), rtol=1e-14, atol=1e-15)
+    assert torch.allclose(plan.sum(dim=1), torch.full((2, 12), 1.0 / 12, dtype=D64))
+    # GSP with mu < 1 is not GAP (the test above can fail)
+    layer.mu = 0.3
+    assert not torch.allclose(layer(x), gap(x), atol=1e-3)
+
+
+@pytest.mark.parametrize("mu,eps,iters", [(0.3, 5.0, 100), (0.5, 0.5, 100), (0.3, 20.0, 400), (1.0, 2.0, 1)])
+def test_closed_form_gradient_gradcheck(mu, eps, iters):
+    """Prop. 5.2.2 against finite differences of the converged forward (float64)."""
+    c = (torch.rand(2, 3, 4, generator=_gen(5), dtype=D64) * 2).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: gsp_transport(t, mu, eps, iters=iters), (c,), atol=1e-7)
+
+
+@pytest.mark.parametrize("mu,eps", [(0.3, 5.0), (0.6, 1.0), (0.3, 20.0)])
+def test_closed_form_gradient_matches_unrolled_autograd(mu, eps):
+    """Whole layer: gradients w.r.t. features and prototypes agree with autograd through the iterations."""
+    f = _features(2, 6, 5, seed=6).mul(0.6).requires_grad_()
+    w = (torch.randn(4, 5, generator=_gen(7), dtype=D64) * 0.6).requires_grad_()
+    g_out = torch.randn(2, 5, generator=_gen(8), dtype=D64)
+    g_plan = torch.randn(2, 4, 6, generator=_gen(9), dtype=D64)
+    grads = []
+    for fn in (generalized_sum_pool, generalized_sum_pool_unrolled):
+        pooled, plan = fn(f, w, mu, eps, 200)
+        grads.append(torch.autograd.grad((pooled * g_out).sum() + (plan * g_plan).sum(), (f, w)))
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-9, rtol=1e-7)
+
+
+def test_layer_gradcheck():
+    f = _features(1, 5, 3, seed=18).mul(0.6).requires_grad_()
+    w = (torch.randn(3, 3, generator=_gen(19), dtype=D64) * 0.6).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: generalized_sum_pool(a, b, 0.4, 5.0, 200), (f, w))
+
+
+def test_unrolled_variants_agree():
+    c = torch.rand(2, 4, 5, generator=_gen(10), dtype=D64) * 2
+    for iters in (1, 3, 50):
+        lit = gsp_transport_unrolled(c, 0.3, 5.0, iters, unroll="literal")
+        hoi = gsp_transport_unrolled(c, 0.3, 5.0, iters, unroll="hoisted")
+        ours = gsp_transport(c, 0.3, 5.0, iters)
+        for a, b, o in zip(lit, hoi, ours):
+            assert torch.allclose(a, b) and torch.allclose(a, o)
+
+
+def _graph_size(t: torch.Tensor) -> int:
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(nxt for nxt, _ in node.next_functions)
+    return len(seen)
+
+
+def test_closed_form_graph_does_not_grow_with_iters():
+    f = _features(1, 4, 3, seed=11).requires_grad_()
+    w = torch.randn(2, 3, generator=_gen(12), dtype=D64, requires_grad=True)
+    sizes = [_graph_size(generalized_sum_pool(f, w, iters=k)[0]) for k in (1, 10, 100)]
+    assert sizes[0] == sizes[1] == sizes[2]
+    unrolled = [_graph_size(generalized_sum_pool_unrolled(f, w, iters=k)[0]) for k in (1, 10)]
+    assert unrolled[1] > unrolled[0]
+
+
+@pytest.mark.parametrize("kind", ["zeros", "identical"])
+def test_no_nan_for_degenerate_maps(kind):
+    x = torch.zeros(2, 8, 3, 3) if kind == "zeros" else torch.ones(2, 8, 1, 1).expand(2, 8, 3, 3).clone()
+    x.requires_grad_()
+    layer = GSP(8, num_prototypes=5, generator=_gen(13))
+    with torch.no_grad():
+        layer.prototypes[0] = 1.0 / 8**0.5 if kind == "identical" else 0.0  # a prototype equal to the features
+    pooled, plan = layer.forward_with_plan(x)
+    (pooled.sum() + plan.square().sum()).backward()
+    for t in (pooled, plan, x.grad, layer.prototypes.grad):
+        assert torch.isfinite(t).all()
+    # identical features: every feature gets the same weight, so the pooled vector is that feature
+    if kind == "identical":
+        assert torch.allclose(pooled, torch.ones(2, 8), atol=1e-5)
+    else:
+        assert torch.equal(pooled, torch.zeros(2, 8))
+
+
+def test_large_eps_and_large_costs_are_finite():
+    """eps = 20 with costs up to 2 (all the normalised costs can reach), and raw costs near 1000
+    (exp(-eps c) underflows outside the log domain)."""
+    f = _features(2, 49, 16, seed=14, dtype=torch.float32).requires_grad_()
+    w = (-f.detach()[0, :8] * 10).requires_grad_()  # prototypes opposite to features: costs near 2
+    pooled, plan = generalized_sum_pool(f, w, mu=0.3, eps=20.0, iters=100)
+    (pooled.sum() + plan.sum(1).square().sum()).backward()
+    assert torch.isfinite(pooled).all() and torch.isfinite(f.grad).all() and torch.isfinite(w.grad).all()
+    assert torch.allclose(plan.sum(dim=(1, 2)), torch.full((2,), 0.3), atol=1e-5)
+    c = (1000 + torch.rand(2, 8, 10, generator=_gen(15))).requires_grad_()
+    rho, pi = gsp_transport(c, 0.3, 20.0, iters=100)
+    (rho.sum() + (pi * torch.arange(10.0)).sum()).backward()
+    assert torch.isfinite(rho).all() and torch.isfinite(pi).all() and torch.isfinite(c.grad).all()
+    assert torch.allclose(rho + pi.sum(1), torch.full_like(rho, 0.1), atol=1e-5)
+    # (P2) is invariant to a constant added to the costs: same solution as for costs near 0, in float32
+    rho0, pi0 = gsp_transport(c.detach() - 1000, 0.3, 20.0, iters=100)
+    assert torch.allclose(rho, rho0, atol=1e-6) and torch.allclose(pi, pi0, atol=1e-6)
+
+
+def test_selects_features_near_prototypes():
+    """With one prototype equal to half of the features, GSP pools (almost only) those features."""
+    red, green = torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 1.0, 0.0])
+    f = torch.stack([red] * 5 + [green] * 5)[None]  # (1, 10, 3)
+    pooled, plan = generalized_sum_pool(f, red[None], mu=0.5, eps=20.0)
+    assert pooled[0, 0] > 0.99 and pooled[0, 1] < 0.01
+    assert torch.allclose(gap(f.transpose(1, 2)[..., None]), torch.tensor([[0.5, 0.5, 0.0]]))
+
+
+def test_module_registry_and_plan():
+    layer = create_pooling("gsp", dim=6, num_prototypes=4, mu=0.4, eps=2.0, iters=30)
+    assert isinstance(layer, GSP) and layer.output_dim(6) == 6
+    assert tuple(layer.prototypes.shape) == (4, 6)
+    x = torch.randn(3, 6, 2, 5, generator=_gen(16))
+    pooled, plan = layer.forward_with_plan(x)
+    assert pooled.shape == (3, 6) and plan.shape == (3, 4, 10)
+    assert torch.equal(layer(x), pooled)
+    feats = x.flatten(2).transpose(1, 2)
+    ref_pooled, ref_plan = generalized_sum_pool(feats, layer.prototypes, 0.4, 2.0, 30)
+    assert torch.equal(pooled, ref_pooled) and torch.equal(plan, ref_plan)
+    same = GSP(6, 4, generator=_gen(3)).prototypes
+    assert torch.equal(same, GSP(6, 4, generator=_gen(3)).prototypes)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [({"mu": 0.0}, "mu"), ({"mu": 1.5}, "mu"), ({"eps": 0.0}, "eps"), ({"eps": -1.0}, "eps"),
+     ({"num_prototypes": 0}, "num_prototypes"), ({"num_prototypes": MAX_PROTOTYPES + 1}, "num_prototypes"),
+     ({"iters": 0}, "iters")],
+)
+def test_bad_parameters(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        create_pooling("gsp", dim=4, **kwargs)
+
+
+def test_bad_inputs():
+    layer = GSP(4, num_prototypes=3)
+    with pytest.raises(ValueError, match="local feature map"):
+        layer(torch.randn(2, 4, 9))
+    with pytest.raises(ValueError, match="channels"):
+        layer(torch.randn(2, 5, 3, 3))
+    with pytest.raises(ValueError, match=r"\(B, n, d\)"):
+        generalized_sum_pool(torch.randn(4, 9), torch.randn(3, 4))
+    with pytest.raises(ValueError, match="prototypes"):
+        generalized_sum_pool(torch.randn(2, 9, 4), torch.randn(3, 5))
+    with pytest.raises(ValueError, match="mu"):
+        generalized_sum_pool(torch.randn(2, 9, 4), torch.randn(3, 4), mu=-0.1)
+
+
+def test_embedder_with_gsp_trains_prototypes():
+    cfg = ModelConfig(backbone="resnet20", pooling="gsp", pooling_params={"num_prototypes": 8, "iters": 20},
+                      embedding_dim=16)
+    model = build_embedder(cfg, in_channels=3)
+    out = model(torch.randn(4, 3, 16, 16, generator=_gen(17)))
+    assert out.shape == (4, 16) and torch.isfinite(out).all()
+    out.sum().backward()
+    assert model.pooling.prototypes.grad is not None and model.pooling.prototypes.grad.abs().sum() > 0
+
+
+def test_benchmark_smoke(capsys):
+    from dmlkit.bench.gsp import main
+
+    assert main(["--iters", "3", "--batch", "2", "--n", "4", "--m", "3", "--d", "5", "--repeats", "1",
+                 "--no-memory", "--no-model", "--threads", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "closed ms" in out and "unrolled ms" in out
