@@ -249,3 +249,11 @@ def test_benchmark_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
     assert r["max_abs_diff"] < 1e-5 and r["forward"]["ratio"] > 0
     assert main(["--batch", "4", "--dim", "8", "--repeats", "1"]) == 0
     assert "ratio" in capsys.readouterr().out
+
+
+def test_step_cost_benchmark_runs_every_variant():
+    from dmlkit.bench.sft_step import VARIANTS, format_step_table, step_costs
+
+    r = step_costs(batch_classes=4, per_class=2, dim=8, repeats=1)
+    assert set(r["variants"]) == set(VARIANTS) and r["variants"]["baseline"]["ratio"] == 1.0
+    assert "sft_d" in format_step_table(r)

@@ -12,7 +12,8 @@ Compared, in one process and one run:
 
 Each side is timed forward-only and forward + backward (gradient w.r.t. ``x``), as the
 median of ``repeats`` timed calls after ``warmup`` untimed ones; the two outputs are
-checked to agree. Prints the times and the ratio ``matrix / rank2`` (goal: >= 10x).
+checked to agree. Prints the times and the ratio ``matrix / rank2`` (goal: >= 10x), then
+the cost of a whole SFT training step relative to the plain one (:mod:`dmlkit.bench.sft_step`).
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=512, help="feature dimension d (default 512)")
     p.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
+    p.add_argument("--step-repeats", type=int, default=10, help="timed training steps per variant (0 skips the step table)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
@@ -104,7 +106,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     r = run(batch=args.batch, dim=args.dim, repeats=args.repeats, seed=args.seed)
-    print(json.dumps(r, indent=2) if args.json else format_table(r))
+    steps = None
+    if args.step_repeats > 0:
+        from dmlkit.bench.sft_step import format_step_table, step_costs
+
+        steps = step_costs(repeats=args.step_repeats, seed=args.seed)
+    if args.json:
+        print(json.dumps({**r, "training_step": steps}, indent=2))
+    else:
+        print(format_table(r))
+        if steps is not None:
+            print()
+            print(format_step_table(steps))
     return 0
 
 
