@@ -4,6 +4,10 @@
   the dataset registry (``catalog``); every dataset follows ``DMLDataset`` (``base``).
 - ``glyphs``: the embedded default dataset, Unicode characters rendered in
   matplotlib's fonts, class-disjoint train / test halves.
+- the papers' benchmarks read from their official archives under ``data.root``: ``cub``,
+  ``cars``, ``sop``, ``inshop`` (``query`` / ``gallery``), ``vehicleid`` (``image_list``
+  base, ``image_transforms``: resize 256 / crop 227 of thesis Sec. 3.3.2.1), and the
+  small ``mnist``, ``fashion_mnist``, ``cifar10``, ``cifar100`` (``downloads``: MD5-checked).
 - ``class_disjoint_split`` / ``LabelledSubset``: class-disjoint hold-outs that keep the interface.
 - ``MPerClassBatchSampler``: batches of ``batch_size / m`` classes x ``m`` images.
 - ``GlyphAugment``: seeded augmentation with torch ops, per image or per batch.

@@ -31,8 +31,9 @@ class DMLDataset(Dataset):
 
     - ``labels``: ``LongTensor (N,)``, class ids ``0..C-1`` within this split;
     - ``class_names``: ``list[str]`` of length ``C``;
-    - ``class_categories``: ``LongTensor (C,)`` indexing ``category_names``
-      (``category_names`` may be empty, then ``class_categories`` is all ``-1``);
+    - ``class_categories``: ``LongTensor (C,)`` indexing ``category_names``, ``-1`` for a
+      class without a category (PKU VehicleID); ``category_names`` may be empty, then
+      ``class_categories`` is all ``-1``;
     - ``in_channels``: 1 (grey) or 3 (RGB);
 
     and implement ``__getitem__``. Class attribute ``SPLITS`` names the splits
@@ -154,8 +155,8 @@ def check_dataset(dataset: Any) -> None:
     if not isinstance(cats, Tensor) or cats.dtype != torch.long or tuple(cats.shape) != (c,):
         raise ValueError(f"{name}.class_categories must be a LongTensor of shape ({c},)")
     k = len(dataset.category_names)
-    if c and k and (int(cats.min()) < 0 or int(cats.max()) >= k):
-        raise ValueError(f"{name}.class_categories must index its {k} category_names")
+    if c and k and (int(cats.min()) < -1 or int(cats.max()) >= k):
+        raise ValueError(f"{name}.class_categories must index its {k} category_names (or be -1: no category)")
     if c and not k and bool((cats != -1).any()):
         raise ValueError(f"{name} has no category_names, so class_categories must be all -1")
     if len(dataset):

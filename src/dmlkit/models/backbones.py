@@ -13,7 +13,18 @@ Names:
 * ``timm:<model_name>``: any timm model (e.g. ``timm:resnet50``), built with
   ``timm.create_model(model_name, pretrained=..., in_chans=..., num_classes=0,
   global_pool="")`` and run through its ``forward_features``.  timm is an
-  optional extra: ``pip install dmlkit[timm]``.
+  optional extra: ``pip install dmlkit[timm]``. The papers' networks:
+  ``timm:resnet50`` (ResNet-50), ``timm:inception_v3`` (timm has no
+  BN-Inception; Inception-v3 is its closest BN Inception), ``timm:vit_small_patch16_224`` (ViT-S).
+
+Options of ``create_backbone`` for every backbone:
+
+* ``pretrained=True``: the backbone's published weights (timm: from timm's
+  cache, ``$HF_HOME`` / ``$TORCH_HOME``, fetched by timm when absent);
+  ``pretrained="<path>"``: weights from a local file (a state dict; timm models
+  load it through timm, which drops the classifier and adapts ``in_chans``);
+* ``freeze_bn=True``: every ``BatchNorm2d`` becomes a ``FrozenBatchNorm2d``
+  (``dmlkit.models.frozen_bn``), fixed statistics and affine parameters.
 
 Add a backbone with the ``register_backbone`` decorator; the factory takes
 ``in_channels`` and ``pretrained``.
@@ -23,11 +34,14 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Callable
+import os
+from pathlib import Path
+from typing import Callable, Union
 
 import torch
 from torch import nn
 
+from dmlkit.models.frozen_bn import freeze_batchnorm
 from dmlkit.models.resnet_cifar import CifarResNet
 from dmlkit.registry import Registry
 
@@ -36,6 +50,8 @@ __all__ = ["TIMM_PREFIX", "TimmBackbone", "create_backbone", "list_backbones", "
 TIMM_PREFIX = "timm:"
 
 _BACKBONES: Registry[nn.Module] = Registry("backbone")
+
+Pretrained = Union[bool, str, os.PathLike]  # False, True (published weights) or a weights file
 
 
 def register_backbone(name: str) -> Callable:
@@ -75,12 +91,16 @@ class TimmBackbone(nn.Module):
     prefix (class/register) tokens and reshaped to a square grid.
     """
 
-    def __init__(self, model_name: str, in_channels: int = 3, pretrained: bool = False) -> None:
+    def __init__(self, model_name: str, in_channels: int = 3, pretrained: Pretrained = False) -> None:
         super().__init__()
         timm = _import_timm()
         self.model_name = model_name
+        extra = {}
+        if not isinstance(pretrained, bool):  # a local weights file, loaded by timm's own loader
+            extra["pretrained_cfg_overlay"] = {"file": str(_weights_file(pretrained))}
         self.model = timm.create_model(
-            model_name, pretrained=pretrained, in_chans=in_channels, num_classes=0, global_pool=""
+            model_name, pretrained=bool(pretrained) or bool(extra), in_chans=in_channels, num_classes=0, global_pool="",
+            **extra,
         )
         self.out_channels = int(self.model.num_features)
         self.num_prefix_tokens = int(getattr(self.model, "num_prefix_tokens", 0))
@@ -113,13 +133,36 @@ def _import_timm():
         ) from err
 
 
-def create_backbone(name: str, in_channels: int = 3, pretrained: bool = False) -> nn.Module:
+def _weights_file(path: str | os.PathLike) -> Path:
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ValueError(f"pretrained weights file '{file}' not found; give an existing file, or pretrained: true / false")
+    return file
+
+
+def _load_weights(module: nn.Module, path: str | os.PathLike, name: str) -> None:
+    """Load a state dict (optionally under a ``state_dict`` / ``model`` key) into ``module``, strictly."""
+    file = _weights_file(path)
+    state = torch.load(file, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and not any(isinstance(v, torch.Tensor) for v in state.values()):
+        state = state.get("state_dict", state.get("model", state))
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as err:
+        raise ValueError(f"weights in '{file}' do not fit backbone '{name}': {err}") from err
+
+
+def create_backbone(
+    name: str, in_channels: int = 3, pretrained: Pretrained = False, freeze_bn: bool = False
+) -> nn.Module:
     """Build backbone ``name`` for images with ``in_channels`` channels.
 
     Returns a module mapping ``(B, in_channels, H, W)`` to ``(B, out_channels, h, w)``.
+    ``pretrained`` is ``False``, ``True`` (published weights) or the path of a
+    weights file; ``freeze_bn`` freezes every ``BatchNorm2d`` (module docstring).
     Raises ``ValueError`` for an unknown name (listing the valid ones), for
-    ``pretrained=True`` where no weights exist, and for ``timm:`` names when timm
-    is not installed.
+    ``pretrained=True`` where no weights exist, for a missing or unfitting
+    weights file, and for ``timm:`` names when timm is not installed.
     """
     if not isinstance(in_channels, int) or in_channels < 1:
         raise ValueError(f"in_channels must be a positive integer (1 for grey, 3 for RGB), got {in_channels!r}")
@@ -127,13 +170,18 @@ def create_backbone(name: str, in_channels: int = 3, pretrained: bool = False) -
         model_name = name[len(TIMM_PREFIX) :]
         if not model_name:
             raise ValueError(f"write timm backbones as '{TIMM_PREFIX}<model_name>', e.g. 'timm:resnet50'")
-        return TimmBackbone(model_name, in_channels=in_channels, pretrained=pretrained)
-    if name not in _BACKBONES:
+        module: nn.Module = TimmBackbone(model_name, in_channels=in_channels, pretrained=pretrained)
+    elif name not in _BACKBONES:
         raise ValueError(
             f"unknown backbone '{name}'; valid names are: {', '.join(list_backbones())}, "
             f"or '{TIMM_PREFIX}<model_name>' for a timm model"
         )
-    return _BACKBONES.create(name, in_channels=in_channels, pretrained=pretrained)
+    elif isinstance(pretrained, bool):
+        module = _BACKBONES.create(name, in_channels=in_channels, pretrained=pretrained)
+    else:
+        module = _BACKBONES.create(name, in_channels=in_channels, pretrained=False)
+        _load_weights(module, pretrained, name)
+    return freeze_batchnorm(module) if freeze_bn else module
 
 
 def list_backbones() -> list[str]:

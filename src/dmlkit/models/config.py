@@ -27,7 +27,9 @@ class ModelConfig:
         pooling_params: keyword parameters of the pooling (e.g. ``{p: 3}`` for ``gem``).
         embedding_dim: size of the embedding (128 in the thesis' fair protocol, Sec. 3.3.2.1).
         normalize: ``l2``, ``lipschitz`` (thesis Sec. 3.2.4) or ``none``.
-        pretrained: load pretrained backbone weights (timm backbones only).
+        pretrained: load pretrained backbone weights: ``true`` (published weights, timm backbones),
+            or the path of a weights file (any backbone).
+        freeze_bn: freeze every BatchNorm layer of the backbone (fixed statistics and affine parameters).
     """
 
     backbone: str = "resnet20"
@@ -35,7 +37,8 @@ class ModelConfig:
     pooling_params: dict[str, Any] = field(default_factory=dict)
     embedding_dim: int = 128
     normalize: str = "l2"
-    pretrained: bool = False
+    pretrained: bool | str = False
+    freeze_bn: bool = False
 
 
 def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
@@ -55,6 +58,6 @@ def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
         )
     if not isinstance(cfg.embedding_dim, int) or cfg.embedding_dim < 1:
         raise ValueError(f"model.embedding_dim must be a positive integer, got {cfg.embedding_dim!r}")
-    backbone = create_backbone(cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained)
+    backbone = create_backbone(cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained, freeze_bn=cfg.freeze_bn)
     pooling = create_pooling(cfg.pooling, backbone.out_channels, **dict(cfg.pooling_params))
     return Embedder(backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize)
