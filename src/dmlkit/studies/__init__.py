@@ -1,0 +1,9 @@
+"""Controlled studies of the thesis, each one command that writes its table and figure.
+
+- ``gsp_synthetic``: GAP vs GSP (with and without the zero-shot loss) on bags of trainable tokens (Sec. 5.3.1);
+- ``collage``: GAP vs GSP vs GSP + L_ZS on glyph collages, with pooling-weight heat-maps (Sec. 5.3.2);
+- ``pcc``: GAP as a convex combination of greedy k-centre prototypes, error vs covering radius (Ch. 4);
+- ``sft_unbalanced``: see its module docstring.
+
+Run them as ``dmlkit study NAME --out DIR`` or ``python -m dmlkit.studies.NAME --out DIR``.
+"""

@@ -1,0 +1,160 @@
+"""The GSP controlled studies: synthetic token data, glyph collages, PCC (Prop. 4.2.1), each study with a tiny budget."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmlkit.data import check_dataset, class_disjoint_split, create_dataset
+from dmlkit.data.glyphs import load_glyph_table
+from dmlkit.data.synthetic import TokenSpec, balanced_labels, sample_token_bags
+from dmlkit.evaluation.pcc import covering_radius, pcc_diagnostics, pcc_embedding, prototype_histogram
+from dmlkit.proxies.kcenter import greedy_k_center
+
+
+# ------------------------------------------------------------------ synthetic tokens
+def test_token_bags_follow_the_class_fraction():
+    spec = TokenSpec()
+    labels = balanced_labels(16, 30)
+    ids, frac = sample_token_bags(spec, labels, torch.Generator().manual_seed(0))
+    assert ids.shape == (480, 50)
+    own = (ids // spec.class_tokens == labels[:, None]) & ~spec.is_background(ids)
+    assert torch.equal(own | spec.is_background(ids), torch.ones_like(own))  # no token of another class
+    assert torch.equal(own.sum(1), torch.round(frac * 50).long())
+    assert abs(float(frac.mean()) - 0.5) < 0.02 and abs(float(frac.std()) - 0.1) < 0.02
+
+
+def test_synthetic_study_tiny_budget(tmp_path):
+    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, run_study
+
+    cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1)
+    results = run_study(cfg, tmp_path)
+    assert [r["variant"] for r in results] == ["gap", "gsp", "gsp+zs"]
+    table = (tmp_path / "table.md").read_text()
+    assert all(f"| {v} |" in table for v in ("gap", "gsp", "gsp+zs"))
+    assert (tmp_path / "embedding_space.png").stat().st_size > 1000
+    saved = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert all(0 <= r["test_map_at_r"] <= 1 for r in saved)
+    # tokens stay in the clamped box
+    assert all(float(r["tokens"].abs().max()) <= cfg.token_range + 1e-7 for r in results)
+
+
+# ------------------------------------------------------------------ glyph collages
+@pytest.fixture(scope="module")
+def collages():
+    kw = dict(per_class=3)
+    return create_dataset("glyph_collage", "train", **kw), create_dataset("glyph_collage", "test", **kw)
+
+
+def test_collage_classes_are_disjoint_across_train_val_test(collages):
+    train, test = collages
+    check_dataset(train)
+    check_dataset(test)
+    assert train.num_classes == 20 and test.num_classes == 16
+    tr_bg, val_bg = train.background_codepoints
+    (te_bg,) = test.background_codepoints
+    val_fg = {cp for cp, g in zip(train.foreground_codepoints, train.background_group.tolist()) if g == 1}
+    tr_fg = set(train.foreground_codepoints) - val_fg
+    groups = [tr_fg, val_fg, set(test.foreground_codepoints), set(tr_bg), set(val_bg), set(te_bg)]
+    assert sum(len(g) for g in groups) == len(set().union(*groups))  # every character plays one role
+    # the engine's hold-out (last 20% of the train classes) is exactly the validation group
+    _, val = class_disjoint_split(train, 0.2)
+    assert val.num_classes == 4
+    assert train.background_group.tolist() == [0] * 16 + [1] * 4
+
+
+def test_collage_foreground_cell_holds_the_label_glyph(collages):
+    train, _ = collages
+    table = load_glyph_table()
+    half = train.image_size // 2
+    for i in range(0, len(train), 7):
+        cell = int(train.foreground_cell[i])
+        row = int(train.cell_glyph_rows[i, cell])
+        assert int(table.codepoints[table.image_class[row]]) == train.foreground_codepoints[int(train.labels[i])]
+        r, c = divmod(cell, 2)
+        tile = train.images[i, r * half : (r + 1) * half, c * half : (c + 1) * half].float() / 255
+        glyph = torch.from_numpy(table.images[row]).float()[None, None] / 255
+        expected = F.interpolate(glyph, size=(half, half), mode="area")[0, 0]
+        assert (tile - expected).abs().max() <= 0.5 / 255 + 1e-6
+        mask = train.foreground_mask(8, 8)[i]
+        assert mask.sum() == 16 and mask[r * 4, c * 4]
+
+
+def test_pooling_weights_are_uniform_for_gap_and_sum_to_one_for_gsp(collages):
+    from dmlkit.models import build_embedder
+    from dmlkit.models.config import ModelConfig
+    from dmlkit.studies.collage import foreground_share, pooling_weights
+
+    x, _ = collages[1].get_batch(range(6))
+    mask = collages[1].foreground_mask(8, 8)[:6]
+    gap = build_embedder(ModelConfig(pooling="gap", embedding_dim=8), in_channels=1)
+    w, hw = pooling_weights(gap, x)
+    assert hw == (8, 8) and foreground_share(w, hw, mask) == pytest.approx(0.25)
+    gsp = build_embedder(ModelConfig(pooling="gsp", pooling_params={"num_prototypes": 4, "iters": 10}, embedding_dim=8), 1)
+    w, _ = pooling_weights(gsp, x)
+    torch.testing.assert_close(w.sum(1), torch.ones(6), atol=1e-4, rtol=0)  # (1/n - rho_j)/mu sums to 1
+
+
+def test_collage_bad_input():
+    with pytest.raises(ValueError, match="even"):
+        create_dataset("glyph_collage", "train", image_size=33)
+    with pytest.raises(ValueError, match="distinct characters"):
+        create_dataset("glyph_collage", "test", test_classes=10_000)
+
+
+def test_collage_study_tiny_budget(tmp_path):
+    from dmlkit.studies.collage import run_study
+
+    results = run_study(tmp_path, ["gsp+zs"], max_steps=2, val_every=2, per_class=4, samples=3)
+    assert [r["variant"] for r in results] == ["gsp+zs"]
+    assert 0.0 <= results[0]["foreground_weight_share"] <= 1.0
+    assert (tmp_path / "heatmaps.png").stat().st_size > 1000
+    assert "| gsp+zs |" in (tmp_path / "table.md").read_text()
+
+
+# ------------------------------------------------------------------ Chapter 4: PCC
+def _brute_histogram(x, v):
+    hist = torch.zeros(x.shape[0], v.shape[0], dtype=x.dtype)
+    for b in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            dists = [float((x[b, j] - v[i]).norm()) for i in range(v.shape[0])]
+            hist[b, dists.index(min(dists))] += 1.0 / x.shape[1]
+    return hist
+
+
+def test_histogram_is_nearest_prototype_assignment():
+    g = torch.Generator().manual_seed(0)
+    x, v = torch.randn(3, 7, 4, generator=g, dtype=torch.float64), torch.randn(5, 4, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(prototype_histogram(x, v), _brute_histogram(x, v))
+    torch.testing.assert_close(pcc_embedding(x, v), _brute_histogram(x, v) @ v)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000), b=st.integers(1, 4), n=st.integers(1, 12), d=st.integers(1, 6), k=st.integers(1, 10),
+)
+def test_proposition_4_2_1_error_bounded_by_covering_radius(seed, b, n, d, k):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, n, d, generator=g, dtype=torch.float64)
+    x = x / x.norm(dim=-1, keepdim=True).clamp(min=1.0) * torch.rand(b, n, 1, generator=g, dtype=torch.float64)  # unit ball
+    points = x.reshape(-1, d)
+    v = points[greedy_k_center(points, min(k, points.shape[0]))]
+    delta = covering_radius(points, v)
+    err = (pcc_embedding(x, v) - x.mean(1)).norm(dim=-1)
+    assert float(err.max()) <= delta + 1e-12
+    assert float(err.max()) ** 2 <= delta + 1e-12  # the statement of Proposition 4.2.1 (unit ball)
+    diag = pcc_diagnostics(x, v)
+    assert diag["bound_holds"] == 1.0 and diag["max_error"] <= diag["max_mean_nn_distance"] + 1e-12 <= delta + 2e-12
+
+
+def test_pcc_study_writes_its_table(tmp_path):
+    from dmlkit.studies.pcc import run_study
+
+    rows = run_study(tmp_path, ks=(4, 16), classes=2, per_class=3)
+    assert [r["k"] for r in rows] == [4, 16] and all(r["bound_holds"] == 1.0 for r in rows)
+    assert rows[1]["delta"] <= rows[0]["delta"]  # more greedy centres never cover worse
+    assert "| 16 |" in (tmp_path / "table.md").read_text()
+    assert (tmp_path / "pcc_error.png").stat().st_size > 1000
