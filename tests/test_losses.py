@@ -61,6 +61,7 @@ DOCUMENTED_DEFAULTS = {
     "multi_similarity": {"alpha": 2.0, "beta": 40.0, "base": 0.5},  # thesis MS, CUB
     "proxy_anchor": {"margin": 0.1, "alpha": 32.0},  # thesis ProxyAnchor
     "proxy_nca": {"softmax_scale": 10.0},  # thesis ProxyNCA++ temperature 0.1
+    "proxy_nca_pp": {"temperature": 0.1},  # thesis ProxyNCA++ (softmax_scale = 1/temperature)
     "soft_triple": {"centers_per_class": 10, "la": 20.0, "gamma": 0.1, "margin": 0.01, "tau": 0.2},  # thesis, CUB
     "margin": {
         "margin": 0.2,
@@ -76,6 +77,7 @@ DOCUMENTED_DEFAULTS = {
     "normalized_softmax": {"temperature": 0.05},
     "cosface": {"margin": 0.35, "scale": 64.0},
     "arcface": {"margin": 28.6, "scale": 64.0},
+    "l2_softmax": {"alpha": 16.0, "learn_alpha": False},  # Ranjan et al. 2017 (L2-Face)
     "fastap": {"num_bins": 10},
     "xbm": {
         "loss": "contrastive",

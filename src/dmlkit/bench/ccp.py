@@ -1,0 +1,163 @@
+"""Benchmark: the cost of CCP (thesis Ch. 3) -- one training step with CCP vs the plain loss, and one proxy re-init.
+
+Step: the same model (ResNet-20 on 1x32x32 inputs, the glyph quickstart model, embedding 128),
+the same batch (``batch`` images, 4 per class, from ``torch.Generator().manual_seed(seed)``),
+Adam, contrastive loss C1:
+
+* ``plain``: ``loss(z, y)`` on the batch's own pairs;
+* ``ccp``: ``ProxyPairLoss`` against ``classes x proxies`` proxies (Eq. 3.2.11) + the projection term
+  ``lam/2 ||theta - theta*||^2``, proxies in the optimiser.
+
+Each is timed (forward, loss, backward, optimiser step) after ``warmup`` untimed steps, the two
+alternating step by step for ``repeats`` pairs in one process; the overhead is the median of the
+per-pair ratios.  The thesis (Sec. 3.3.2.3, "Computational analysis")
+reports about 8% more time per step (105 vs 97 ms/batch on a GPU).
+
+Re-initialisation: ``ProxyBank.reinitialize`` on a pool of ``reinit_classes x pool`` random
+embeddings of dimension ``dim`` (default 1,000 x 12 x 128, 8 proxies per class) -- the greedy
+k-centre part of Algorithm 2 (embedding the pool with the network is a forward pass over
+``classes x pool`` images and is not included); also the per-class Python loop over
+``greedy_k_center`` as a reference for the batched version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+from dmlkit.losses import create_loss
+from dmlkit.models import ModelConfig, build_embedder
+from dmlkit.proxies import ProjectionRegularizer, ProxyBank, ProxyPairLoss, greedy_k_center
+
+__all__ = ["main", "run"]
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _time(fn: Callable[[], Any], warmup: int, repeats: int, device: str = "cpu") -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _step_fn(model: torch.nn.Module, loss_fn: Callable[[torch.Tensor], torch.Tensor], params: list, x: torch.Tensor):
+    opt = torch.optim.Adam(params, lr=1e-5)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x)).backward()
+        opt.step()
+
+    return step
+
+
+def time_steps(
+    batch: int, classes: int, proxies: int, lam: float, repeats: int, warmup: int, seed: int, device: str = "cpu"
+) -> dict[str, float]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 1, 32, 32, generator=g).to(device)
+    y = (torch.arange(batch // 4).repeat_interleave(4) % classes).to(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_embedder(ModelConfig(backbone="resnet20", embedding_dim=128), in_channels=1).to(device)
+    loss = create_loss("contrastive")
+    bank = ProxyBank(classes, proxies, 128, seed=seed).to(device)
+    proxy_loss = ProxyPairLoss(loss, bank)
+    reg = ProjectionRegularizer(model, lam)
+    plain = _step_fn(model, lambda z: loss(z, y), list(model.parameters()), x)
+    ccp = _step_fn(model, lambda z: proxy_loss(z, y) + reg(), [*model.parameters(), bank.proxies], x)
+    for _ in range(warmup):
+        plain(), ccp()
+    # interleaved, so that drift of a shared machine hits both alike
+    pairs = [(_time(plain, 0, 1, device), _time(ccp, 0, 1, device)) for _ in range(repeats)]
+    t_plain = statistics.median(p for p, _ in pairs)
+    t_ccp = statistics.median(c for _, c in pairs)
+    ratio = statistics.median(c / p for p, c in pairs)
+    return {"plain_s": t_plain, "ccp_s": t_ccp, "overhead": ratio - 1}
+
+
+def time_reinit(
+    classes: int, pool: int, proxies: int, dim: int, repeats: int, seed: int, device: str = "cpu"
+) -> dict[str, float]:
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.nn.functional.normalize(torch.randn(classes * pool, dim, generator=g), dim=1).to(device)
+    labels = torch.arange(classes).repeat_interleave(pool).to(device)
+    bank = ProxyBank(classes, proxies, dim, seed=seed).to(device)
+    batched = _time(lambda: bank.reinitialize(emb, labels), 1, repeats, device)
+    current = bank.per_class()
+
+    def loop() -> None:
+        for c in range(classes):
+            greedy_k_center(emb[c * pool : (c + 1) * pool], proxies, initial=current[c])
+
+    looped = _time(loop, 0, max(1, repeats // 3), device)
+    return {"batched_s": batched, "loop_s": looped, "speedup": looped / batched}
+
+
+def run(batch: int = 32, classes: int = 100, proxies: int = 8, lam: float = 2e-4, reinit_classes: int = 1000,
+        pool: int = 12, dim: int = 128, repeats: int = 10, warmup: int = 3, seed: int = 0,
+        device: str = "cpu") -> dict[str, Any]:
+    return {
+        "batch": batch, "classes": classes, "proxies": proxies, "threads": torch.get_num_threads(), "repeats": repeats,
+        "device": device,
+        "step": time_steps(batch, classes, proxies, lam, repeats, warmup, seed, device),
+        "reinit": {"classes": reinit_classes, "pool": pool, "dim": dim,
+                   **time_reinit(reinit_classes, pool, proxies, dim, repeats, seed, device)},
+    }
+
+
+def format_table(r: dict[str, Any]) -> str:
+    s, q = r["step"], r["reinit"]
+    return "\n".join([
+        f"CCP cost: ResNet-20, 1x32x32, batch {r['batch']}, contrastive C1, {r['classes']} classes x {r['proxies']} proxies, "
+        f"{r['device']}, {r['threads']} threads, median of {r['repeats']}",
+        f"{'':34s}{'ms':>10s}{'ratio':>10s}",
+        f"{'train step, plain loss':34s}{s['plain_s'] * 1e3:10.2f}{1.0:10.3f}",
+        f"{'train step, CCP (proxies + proj.)':34s}{s['ccp_s'] * 1e3:10.2f}{s['ccp_s'] / s['plain_s']:10.3f}",
+        f"step overhead of CCP (median of per-pair ratios): {s['overhead'] * 100:+.1f}% (thesis: about +8%)",
+        f"proxy re-init (k-centre), {q['classes']} classes x pool {q['pool']} at d={q['dim']}, {r['proxies']} per class:",
+        f"{'  batched (ProxyBank.reinitialize)':34s}{q['batched_s'] * 1e3:10.2f}{1.0:10.3f}",
+        f"{'  per-class loop (greedy_k_center)':34s}{q['loop_s'] * 1e3:10.2f}{q['speedup']:10.1f}",
+    ])
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dmlkit bench ccp", description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=32, help="batch size, 4 samples per class (default 32, thesis)")
+    p.add_argument("--classes", type=int, default=100, help="training classes with proxies in the step (default 100)")
+    p.add_argument("--proxies", type=int, default=8, help="proxies per class (default 8)")
+    p.add_argument("--reinit-classes", type=int, default=1000, help="classes of the re-init pool (default 1000)")
+    p.add_argument("--pool", type=int, default=12, help="pool size per class (default 12)")
+    p.add_argument("--dim", type=int, default=128, help="embedding dimension of the re-init pool (default 128)")
+    p.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (default cpu)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    r = run(batch=a.batch, classes=a.classes, proxies=a.proxies, reinit_classes=a.reinit_classes, pool=a.pool,
+            dim=a.dim, repeats=a.repeats, seed=a.seed, device=a.device)
+    print(json.dumps(r, indent=2) if a.json else format_table(r))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""Warm-up of the embedding layer: for the first ``train.warmup_steps`` steps only the head and the
+objective's parameters (proxies) learn; the backbone's learning rate is 0.
+
+The proxy-based baselines of the thesis (ProxyAnchor, ProxyNCA++, SoftTriple; Sec. 3.3.2.1)
+"perform 1 epoch warm-up training of the embedding layer"; set ``train.warmup_steps`` to the
+steps of one epoch (``len(train) // batch_size``) for that.  Implemented as a learning rate of 0
+for the ``body`` parameter group (backbone and pooling), restored to ``train.lr`` when the
+warm-up ends; it is a function of the step, so a resumed run warms up exactly as an
+uninterrupted one.  (Batch-norm running statistics of the backbone still update in training mode.)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dmlkit.engine.callbacks import Callback
+
+if TYPE_CHECKING:
+    from dmlkit.engine.trainer import Trainer
+
+__all__ = ["HeadWarmup", "warmup_callbacks"]
+
+
+class HeadWarmup(Callback):
+    """Learning rate 0 for the ``body`` group while ``step < steps``."""
+
+    def __init__(self, steps: int, body_lr: float) -> None:
+        self.steps, self.body_lr = steps, body_lr
+
+    def _apply(self, trainer: "Trainer") -> None:
+        lr = 0.0 if trainer.state.step < self.steps else self.body_lr
+        for group in trainer.optimizer.param_groups:
+            if group.get("name") == "body":
+                group["lr"] = lr
+
+    def on_train_start(self, trainer: "Trainer") -> None:
+        self._apply(trainer)
+
+    def on_batch_end(self, trainer: "Trainer", batch: dict[str, Any], outputs: dict[str, Any]) -> None:
+        if trainer.state.step == self.steps:
+            self._apply(trainer)
+
+
+def warmup_callbacks(trainer: "Trainer") -> list[Callback]:
+    """``[HeadWarmup]`` when ``train.warmup_steps > 0``, else nothing."""
+    t = trainer.cfg.train
+    steps = getattr(t, "warmup_steps", 0)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"train.warmup_steps must be an int >= 0 (steps training only the head), got {steps!r}")
+    return [HeadWarmup(steps, t.lr)] if steps else []
