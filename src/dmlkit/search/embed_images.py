@@ -1,0 +1,207 @@
+"""Embed a collection of image files with a trained run: batched, with progress, resumable.
+
+``embed_images(run, images, out)`` writes
+
+- ``out`` (e.g. ``embeddings.npy``): float32 ``(N, d)``, row ``i`` = image ``i``;
+- ``<stem>.meta.json`` beside it: the run, the checkpoint, and per row the image path and (where the
+  folder layout tells it, see ``image_list``) the class label, plus the class names.
+
+Images go through the run's eval transform (``preprocess``) and the run's best model. Work is cut
+into chunks of ``chunk_size`` images; each finished chunk is saved atomically to
+``<stem>.parts/chunk-NNNNNN.npy``, so an interrupted job started again with the same arguments
+skips the chunks already done. A manifest in the parts folder guards against mixing jobs (other
+images, another checkpoint, another chunk size). When all chunks are there they are joined into
+``out`` and the parts folder is removed; a finished job run again does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from dmlkit.engine.run_folder import write_json_atomic
+from dmlkit.search.image_list import ImageList, list_images
+from dmlkit.search.preprocess import ImagePreprocess
+from dmlkit.search.run_model import RunModel, load_run_model
+
+__all__ = ["EmbedResult", "embed_images", "load_embeddings", "meta_path_for"]
+
+FORMAT = "dmlkit-embeddings/1"
+
+
+@dataclass
+class EmbedResult:
+    """What ``embed_images`` wrote and how much of it was computed now."""
+
+    embeddings: Path
+    meta: Path
+    count: int
+    dim: int
+    chunks_computed: int
+    chunks_skipped: int
+
+
+class _Files(Dataset):
+    def __init__(self, paths: Sequence[Path], preprocess: ImagePreprocess) -> None:
+        self.paths, self.preprocess = list(paths), preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.preprocess.load(self.paths[index])
+
+
+def meta_path_for(embeddings: str | Path) -> Path:
+    """``embeddings.npy`` -> ``embeddings.meta.json``."""
+    path = Path(embeddings)
+    return path.with_name(f"{path.stem}.meta.json")
+
+
+def _parts_dir(out: Path) -> Path:
+    return out.with_name(f"{out.stem}.parts")
+
+
+def _fingerprint(images: ImageList, run: RunModel, chunk_size: int) -> str:
+    stat = run.checkpoint.stat()
+    h = hashlib.sha256()
+    h.update(f"{run.checkpoint}|{stat.st_size}|{stat.st_mtime_ns}|{chunk_size}\n".encode())
+    for p in images.paths:
+        h.update(str(p.resolve()).encode() + b"\n")
+    return h.hexdigest()
+
+
+def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        np.save(fh, array)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _open_parts(parts: Path, fingerprint: str, total_chunks: int) -> None:
+    manifest = parts / "manifest.json"
+    if parts.is_dir() and manifest.is_file():
+        found = json.loads(manifest.read_text()).get("fingerprint")
+        if found != fingerprint:
+            raise ValueError(
+                f"'{parts}' holds chunks of another embedding job (other images, checkpoint or chunk size); "
+                "delete that folder to start afresh, or choose another --out"
+            )
+        return
+    parts.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(manifest, {"fingerprint": fingerprint, "chunks": total_chunks})
+
+
+def _finished(out: Path, fingerprint: str) -> dict[str, Any] | None:
+    meta = meta_path_for(out)
+    if out.is_file() and meta.is_file():
+        values = json.loads(meta.read_text())
+        if values.get("fingerprint") == fingerprint:
+            return values
+    return None
+
+
+def embed_images(
+    run: str | Path | RunModel,
+    images: str | Path | Sequence[str | Path] | ImageList,
+    out: str | Path,
+    batch_size: int | None = None,
+    chunk_size: int = 4096,
+    num_workers: int = 0,
+    quiet: bool = False,
+    on_chunk: Callable[[int, int], None] | None = None,
+) -> EmbedResult:
+    """Embed ``images`` with ``run`` (a run folder, checkpoint or ``RunModel``) into ``out``; see the module docstring.
+
+    ``batch_size`` defaults to the run's ``eval.batch_size``. ``on_chunk(index, total)`` is called after
+    each chunk is saved (progress hooks; raising there interrupts the job, which resumes later).
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive number of images, got {chunk_size}")
+    out = Path(out)
+    if out.suffix != ".npy":
+        raise ValueError(f"--out must name a .npy file (e.g. embeddings.npy), got '{out}'")
+    model = run if isinstance(run, RunModel) else load_run_model(run)
+    items = images if isinstance(images, ImageList) else list_images(images)
+    batch = int(batch_size or model.config.eval.batch_size)
+    if batch < 1:
+        raise ValueError(f"batch_size must be positive, got {batch}")
+    fingerprint = _fingerprint(items, model, chunk_size)
+    total_chunks = -(-len(items) // chunk_size)
+    if (done := _finished(out, fingerprint)) is not None:
+        return EmbedResult(out, meta_path_for(out), done["count"], done["dim"], 0, total_chunks)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = _parts_dir(out)
+    _open_parts(parts, fingerprint, total_chunks)
+    chunk_file = [parts / f"chunk-{i:06d}.npy" for i in range(total_chunks)]
+    todo = [i for i in range(total_chunks) if not chunk_file[i].is_file()]
+    skipped = total_chunks - len(todo)
+    done_images = len(items) - sum(min(chunk_size, len(items) - i * chunk_size) for i in todo)
+    with _progress(quiet) as progress:
+        task = progress.add_task("embed", total=len(items), completed=done_images)
+        for i in todo:
+            paths = items.paths[i * chunk_size:(i + 1) * chunk_size]
+            loader = DataLoader(_Files(paths, model.preprocess), batch_size=batch, num_workers=num_workers)
+            rows = []
+            for x in loader:
+                rows.append(model.embed(x).numpy())
+                progress.advance(task, len(x))
+            _save_npy_atomic(chunk_file[i], np.concatenate(rows).astype(np.float32, copy=False))
+            if on_chunk is not None:
+                on_chunk(i, total_chunks)
+    embeddings = np.concatenate([np.load(f) for f in chunk_file])
+    _save_npy_atomic(out, embeddings)
+    meta = {
+        "format": FORMAT,
+        "run_dir": str(model.run_dir),
+        "checkpoint": str(model.checkpoint),
+        "normalize": model.config.model.normalize,
+        "count": int(embeddings.shape[0]),
+        "dim": int(embeddings.shape[1]),
+        "fingerprint": fingerprint,
+        "paths": [str(p.resolve()) for p in items.paths],
+        "labels": items.labels,
+        "class_names": items.class_names,
+    }
+    write_json_atomic(meta_path_for(out), meta)
+    shutil.rmtree(parts, ignore_errors=True)
+    return EmbedResult(out, meta_path_for(out), meta["count"], meta["dim"], len(todo), skipped)
+
+
+def _progress(quiet: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True)
+    return Progress(
+        TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TextColumn("images"), TimeRemainingColumn(),
+        console=console, disable=quiet or not console.is_terminal,
+    )
+
+
+def load_embeddings(path: str | Path) -> tuple[np.ndarray, dict[str, Any]]:
+    """Read an embeddings ``.npy`` and its ``.meta.json`` (a bare ``.npy`` gets a minimal meta without paths)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"embeddings file '{path}' does not exist; write one with dmlkit embed")
+    embeddings = np.load(path)
+    if embeddings.ndim != 2:
+        raise ValueError(f"'{path}' holds an array of shape {embeddings.shape}; embeddings must be (N, d)")
+    meta_file = meta_path_for(path)
+    meta: dict[str, Any] = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    if meta and meta.get("count") != embeddings.shape[0]:
+        raise ValueError(f"'{meta_file}' describes {meta.get('count')} rows but '{path}' has {embeddings.shape[0]}")
+    meta.setdefault("count", int(embeddings.shape[0]))
+    meta.setdefault("dim", int(embeddings.shape[1]))
+    return np.ascontiguousarray(embeddings, dtype=np.float32), meta

@@ -1,0 +1,149 @@
+"""Export a run's embedding model for applications: TorchScript or ONNX, checked against eager.
+
+``export_model(model, example, fmt, out)`` works on any eval-mode ``nn.Module`` mapping images
+``(B, C, H, W)`` to embeddings ``(B, d)``:
+
+- ``torchscript``: ``torch.jit.trace`` with ``example`` (the forward pass of the dmlkit embedders has
+  no data-dependent control flow; GSP runs its fixed number of iterations of Proposition 5.2.1, which
+  the trace unrolls), saved with ``torch.jit.save``; load it with ``torch.jit.load`` (no dmlkit needed).
+- ``onnx``: ``torch.onnx.export`` (the ``torch.export``-based exporter, opset 18) with a dynamic batch
+  dimension; needs the ``export`` extra (``onnx``, ``onnxscript``; ``onnxruntime`` for the check).
+
+After writing, the exported model is run on ``parity_inputs`` (the example and a batch of another
+size) and compared with the eager model: ``ExportReport.max_abs_diff`` must not exceed ``tolerance``
+(1e-5 by default) or ``export_model`` raises ``ValueError``. The input and output names in ONNX are
+``images`` and ``embeddings``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from dmlkit.search.run_model import RunModel, load_run_model
+
+__all__ = ["EXPORT_FORMATS", "ExportReport", "export_model", "export_run", "run_exported"]
+
+EXPORT_FORMATS = ("torchscript", "onnx")
+ONNX_OPSET = 18
+
+
+@dataclass
+class ExportReport:
+    """Where the model went and how closely it matches the eager model."""
+
+    path: Path
+    format: str
+    max_abs_diff: float
+    checked_batches: tuple[int, ...]
+
+
+def _import_onnx() -> None:
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as err:
+        raise ValueError(
+            "ONNX export needs the packages onnx and onnxscript (and onnxruntime to check the result): "
+            "pip install 'dmlkit[export]', or use --format torchscript"
+        ) from err
+
+
+def run_exported(path: str | Path, fmt: str, images: torch.Tensor) -> torch.Tensor:
+    """Embeddings of ``images`` computed by an exported model file (TorchScript or ONNX via onnxruntime)."""
+    if fmt == "torchscript":
+        module = torch.jit.load(str(path), map_location="cpu")
+        with torch.no_grad():
+            return module(images).float()
+    if fmt == "onnx":
+        try:
+            import onnxruntime as ort
+        except ImportError as err:
+            raise ValueError("running an ONNX model needs onnxruntime: pip install 'dmlkit[export]'") from err
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        (out,) = session.run(["embeddings"], {"images": images.numpy().astype(np.float32)})
+        return torch.from_numpy(out)
+    raise ValueError(f"unknown export format '{fmt}'; valid formats are: {', '.join(EXPORT_FORMATS)}")
+
+
+@contextmanager
+def _traceable_gsp() -> Iterator[None]:
+    """While tracing: GSP's transport as plain tensor operations instead of its custom autograd Function.
+
+    ``torch.jit.trace`` cannot record a Python ``autograd.Function``; the forward of
+    ``gsp_transport_unrolled`` is the same iteration of Proposition 5.2.1 written with ordinary
+    operations (its values agree with ``gsp_transport``'s, which the parity check confirms).
+    """
+    from dmlkit.pooling import gsp
+
+    def transport(costs: torch.Tensor, mu: float = 0.3, eps: float = 5.0, iters: int = 100):
+        return gsp.gsp_transport_unrolled(costs, mu, eps, iters, unroll="hoisted")
+
+    original = gsp.gsp_transport
+    gsp.gsp_transport = transport
+    try:
+        yield
+    finally:
+        gsp.gsp_transport = original
+
+
+def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path) -> None:
+    if fmt == "torchscript":
+        with torch.no_grad(), _traceable_gsp(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks become constants: fine
+            traced = torch.jit.trace(model, example, check_trace=False)
+        torch.jit.save(traced, str(out))
+        return
+    _import_onnx()
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    with torch.no_grad():
+        program = torch.onnx.export(
+            model, (example,), input_names=["images"], output_names=["embeddings"], opset_version=ONNX_OPSET,
+            dynamic_shapes=({0: batch},), dynamo=True, verbose=False,
+        )
+    program.save(str(out))
+
+
+def export_model(
+    model: nn.Module, example: torch.Tensor, fmt: str, out: str | Path, tolerance: float = 1e-5,
+    parity_inputs: list[torch.Tensor] | None = None,
+) -> ExportReport:
+    """Export ``model`` (put in eval mode) to ``out`` in format ``fmt`` and check it; see the module docstring."""
+    if fmt not in EXPORT_FORMATS:
+        raise ValueError(f"unknown export format '{fmt}'; valid formats are: {', '.join(EXPORT_FORMATS)}")
+    if example.ndim != 4 or example.shape[0] < 2:
+        raise ValueError(f"example must be an image batch (B >= 2, C, H, W), got shape {tuple(example.shape)}")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    _write(model, example, fmt, out)
+    checks = parity_inputs or [example, torch.cat([example, example.flip(0), example[:1]])]
+    worst = 0.0
+    for x in checks:
+        with torch.no_grad():
+            eager = model(x).float()
+        exported = run_exported(out, fmt, x)
+        if exported.shape != eager.shape:
+            raise ValueError(f"exported model returned shape {tuple(exported.shape)}, eager {tuple(eager.shape)}")
+        worst = max(worst, float((exported - eager).abs().max()))
+    if not worst <= tolerance:
+        raise ValueError(
+            f"exported {fmt} model differs from the eager model by {worst:.3g} > {tolerance:g}; "
+            "the model has an operation the exporter does not reproduce faithfully"
+        )
+    return ExportReport(out, fmt, worst, tuple(int(x.shape[0]) for x in checks))
+
+
+def export_run(run: str | Path | RunModel, fmt: str, out: str | Path, tolerance: float = 1e-5) -> ExportReport:
+    """Export the best model of a run folder; its input is what ``RunModel.preprocess`` makes of an image file."""
+    model = run if isinstance(run, RunModel) else load_run_model(run)
+    return export_model(model.model, model.example_input(batch=2), fmt, out, tolerance)
