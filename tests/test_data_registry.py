@@ -23,6 +23,7 @@ from dmlkit.data import (
     subset_classes,
 )
 from dmlkit.data import glyphs as G
+from dataset_miniatures import MINIATURES as BENCHMARK_MINIATURES  # noqa: E402 - tests/ helper
 
 
 class ToyDataset(DMLDataset):
@@ -58,7 +59,7 @@ def _image_folder_root(tmp_path):
 
 
 # Every registered dataset needs a miniature copy here (the tests make it; no download).
-MINIATURES = {"glyphs": _glyphs_root, "image_folder": _image_folder_root}
+MINIATURES = {"glyphs": _glyphs_root, "image_folder": _image_folder_root, **BENCHMARK_MINIATURES}
 
 
 @pytest.mark.parametrize("name", list_datasets())

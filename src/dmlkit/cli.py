@@ -16,6 +16,19 @@ BENCHMARKS = {
     "retrieval": "dmlkit.bench.retrieval",
     "fastap": "dmlkit.bench.fastap",
     "sft": "dmlkit.bench.sft",
+    "ccp": "dmlkit.bench.ccp",
+    "gsp": "dmlkit.bench.gsp",
+    "data": "dmlkit.bench.data",
+    "search": "dmlkit.bench.search",
+    "ddp": "dmlkit.bench.ddp",
+}
+
+# Controlled studies: name -> module with main(argv) -> int (``dmlkit study NAME ARGS``).
+STUDIES = {
+    "sft-unbalanced": "dmlkit.studies.sft_unbalanced",
+    "gsp-synthetic": "dmlkit.studies.gsp_synthetic",
+    "collage": "dmlkit.studies.collage",
+    "pcc": "dmlkit.studies.pcc",
 }
 
 
@@ -59,10 +72,124 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("name")
     prepare.add_argument("--root", default=None)
 
+    report = sub.add_parser("report", help="write a self-contained HTML page comparing run folders")
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR", help="finished run folders (seeds of one config are grouped)")
+    report.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
+    report.add_argument("--title", default=None, help="page title (default: the run names)")
+    report.add_argument("--gallery", action="store_true",
+                        help="draw the nearest-neighbour gallery of runs without plots/nearest_neighbours.png")
+
+    gallery = sub.add_parser("gallery", help="draw test queries with their nearest neighbours (green: same class)")
+    gallery.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
+    gallery.add_argument("--out", default=None, help="PNG to write (default: RUN_DIR/plots/nearest_neighbours.png)")
+    gallery.add_argument("--queries", type=int, default=8, help="number of query images (default: 8)")
+    gallery.add_argument("--k", type=int, default=5, help="neighbours per query (default: 5)")
+    gallery.add_argument("--seed", type=int, default=0, help="seed of the choice of queries (default: 0)")
+    gallery.add_argument("--split", default="test", help="dataset split to search (default: test)")
+
+    _add_search_parsers(sub)
+
     bench = sub.add_parser("bench", help="run a benchmark", description=f"benchmarks: {', '.join(BENCHMARKS)}")
     bench.add_argument("name", choices=sorted(BENCHMARKS))
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
+
+    study = sub.add_parser("study", help="run a controlled study, write its table", description=f"studies: {', '.join(STUDIES)}")
+    study.add_argument("name", choices=sorted(STUDIES))
+    study.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the study (e.g. --out DIR)")
     return parser
+
+
+def _add_search_parsers(sub: Any) -> None:
+    """embed, index build, search, export, serve: from a trained run to search (dmlkit.search, dmlkit.serve)."""
+    embed = sub.add_parser("embed", help="embed image files with a trained run (resumable)")
+    embed.add_argument("run", help="a run folder (its best.pt) or a checkpoint inside one")
+    embed.add_argument("--images", required=True, help="a folder of images (class = parent folder) or a list file")
+    embed.add_argument("--out", default="embeddings.npy", help="embeddings .npy; paths/labels go to <stem>.meta.json")
+    embed.add_argument("--batch-size", type=int, default=None, help="images per forward pass (default: eval.batch_size)")
+    embed.add_argument("--chunk-size", type=int, default=4096, help="images per saved chunk (the unit of resume)")
+    embed.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    embed.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    index = sub.add_parser("index", help="build a faiss search index")
+    index_sub = index.add_subparsers(dest="index_command", required=True)
+    build = index_sub.add_parser("build", help="index an embeddings .npy written by dmlkit embed")
+    build.add_argument("embeddings")
+    build.add_argument("--out", required=True, help="index folder to write")
+    mode = build.add_mutually_exclusive_group()
+    mode.add_argument("--exact", action="store_true", help="brute force (default)")
+    mode.add_argument("--ivf", type=int, metavar="N", help="IVF with N k-means cells")
+    mode.add_argument("--hnsw", type=int, metavar="M", help="HNSW with M links per node")
+    build.add_argument("--nprobe", type=int, default=16, help="IVF cells visited per query (default: 16)")
+    build.add_argument("--ef-search", type=int, default=64, help="HNSW candidates per query (default: 64)")
+    build.add_argument("--recall-k", type=int, default=10, help="k of the recall@k measured for IVF / HNSW")
+    build.add_argument("--recall-sample", type=int, default=1000, help="queries of that measurement")
+
+    search = sub.add_parser("search", help="query an index folder with an image or an embedding")
+    search.add_argument("index_dir")
+    query = search.add_mutually_exclusive_group(required=True)
+    query.add_argument("--image", help="an image file, embedded with the index's run (or --run)")
+    query.add_argument("--embedding", help="a .npy query embedding of shape (d,)")
+    search.add_argument("--k", type=int, default=10)
+    search.add_argument("--run", default=None, help="run folder that embeds --image (default: the index's run)")
+    search.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    export = sub.add_parser("export", help="export a run's model to TorchScript or ONNX (parity-checked)")
+    export.add_argument("run", help="a run folder or a checkpoint inside one")
+    export.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript")
+    export.add_argument("--out", required=True, help="file to write (e.g. model.pt or model.onnx)")
+
+    serve = sub.add_parser("serve", help="local web page + JSON API to search an index")
+    serve.add_argument("index_dir")
+    serve.add_argument("--run", default=None, help="run folder that embeds uploads (default: the index's run)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-upload-mb", type=float, default=5.0, help="largest accepted upload (default: 5)")
+
+
+def _cmd_embed(args: argparse.Namespace) -> int:
+    from dmlkit.search import embed_images
+
+    r = embed_images(args.run, args.images, args.out, batch_size=args.batch_size, chunk_size=args.chunk_size,
+                     num_workers=args.workers, quiet=args.quiet)
+    print(f"{r.count} x {r.dim} embeddings -> {r.embeddings} (+ {r.meta.name}); "
+          f"chunks computed {r.chunks_computed}, already done {r.chunks_skipped}")
+    return 0
+
+
+def _cmd_index(args: argparse.Namespace) -> int:
+    from dmlkit.search import IndexConfig, build_index_from_embeddings
+
+    mode = "ivf" if args.ivf else "hnsw" if args.hnsw else "exact"
+    cfg = IndexConfig(mode, nlist=args.ivf or 1024, nprobe=args.nprobe, m=args.hnsw or 32, ef_search=args.ef_search)
+    index = build_index_from_embeddings(args.embeddings, args.out, cfg, args.recall_k, args.recall_sample)
+    print(f"index {index.describe()} -> {args.out}")
+    return 0
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from dmlkit.search.query import print_neighbours, search_index_folder
+
+    index, results = search_index_folder(args.index_dir, args.image, args.embedding, args.k, args.run)
+    if args.json:
+        print(json.dumps([n.to_dict() for n in results], indent=2))
+    else:
+        print_neighbours(index, results)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from dmlkit.search.export import export_run
+
+    r = export_run(args.run, args.format, args.out)
+    print(f"{r.format} model -> {r.path}; max |exported - eager| = {r.max_abs_diff:.2e} on batches {r.checked_batches}")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from dmlkit.serve.server import serve
+
+    serve(args.index_dir, args.run, args.host, args.port, max_upload_bytes=int(args.max_upload_mb * 2**20))
+    return 0
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -78,8 +205,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ValueError("dmlkit train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
         cfg = load_config(args.config, args.overrides)
         trainer = Trainer(cfg, args.run_dir or default_run_dir(cfg), quiet=args.quiet)
-    summary = trainer.fit()
-    print_summary(summary, trainer.folder.path)
+    from dmlkit.engine.signals import TrainingInterrupted
+
+    try:
+        summary = trainer.fit()
+    except TrainingInterrupted as stop:  # SIGTERM / SIGINT: last.pt written, exit 143 / 130
+        print(f"dmlkit train: {stop}", file=sys.stderr)
+        return stop.exit_code
+    if trainer.fabric.is_global_zero:
+        print_summary(summary, trainer.folder.path)
     return 0
 
 
@@ -131,6 +265,22 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dmlkit.report import build_report
+
+    print(f"report: {build_report(args.runs, args.out, title=args.title, gallery=args.gallery)}")
+    return 0
+
+
+def _cmd_gallery(args: argparse.Namespace) -> int:
+    from dmlkit.report.gallery import GALLERY_FILE, run_gallery
+
+    correct = run_gallery(args.run, args.out, queries=args.queries, k=args.k, seed=args.seed, split=args.split)
+    out = args.out or Path(args.run) / "plots" / GALLERY_FILE
+    print(f"gallery: {out} ({int(correct.sum())} of {correct.numel()} neighbours share their query's class)")
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
@@ -138,7 +288,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return module.main(args.args) or 0
 
 
-COMMANDS = {"train": _cmd_train, "evaluate": _cmd_evaluate, "data": _cmd_data, "protocol": _cmd_protocol, "bench": _cmd_bench}
+def _cmd_study(args: argparse.Namespace) -> int:
+    import importlib
+
+    return importlib.import_module(STUDIES[args.name]).main(args.args) or 0
+
+
+COMMANDS = {"train": _cmd_train, "evaluate": _cmd_evaluate, "data": _cmd_data, "protocol": _cmd_protocol, "bench": _cmd_bench,
+            "report": _cmd_report, "gallery": _cmd_gallery}
+COMMANDS.update(embed=_cmd_embed, index=_cmd_index, search=_cmd_search, export=_cmd_export, serve=_cmd_serve)
+COMMANDS["study"] = _cmd_study
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from dmlkit.data.config import DataConfig
 from dmlkit.engine.config import EvalConfig, TrainConfig
 from dmlkit.losses.config import LossConfig
 from dmlkit.models.config import ModelConfig
+from dmlkit.proxies.config import CCPConfig
 
 
 @dataclass
@@ -38,8 +39,11 @@ class ExperimentConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
+    ccp: CCPConfig = field(default_factory=CCPConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # published results of the paper row this config reproduces (configs/paper/); informative only
+    expected: dict[str, Any] = field(default_factory=dict)
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

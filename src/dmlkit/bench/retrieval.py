@@ -365,6 +365,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``dmlkit bench retrieval``; returns 0 when the values agree
     (to 1e-6, or within the float32-tie bounds)."""
+    if "--approx" in (sys.argv[1:] if argv is None else argv):  # gallery on disk, faiss IVF/HNSW vs exact
+        from dmlkit.bench.retrieval_large import main as approx_main
+
+        return approx_main(argv)
     args = _parser().parse_args(argv)
     if args.worker:
         res = _worker(args.worker, args.n, args.dim, args.per_class, args.seed)

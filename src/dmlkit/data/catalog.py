@@ -13,14 +13,33 @@ from typing import Any
 
 from dmlkit.data.base import DMLDataset
 from dmlkit.data.config import DataConfig
+from dmlkit.data.collage import GlyphCollageDataset
 from dmlkit.data.glyphs import GlyphsDataset
 from dmlkit.data.image_folder import ImageFolderDataset
+from dmlkit.data.cars import CarsDataset
+from dmlkit.data.cifar import CIFAR10Dataset, CIFAR100Dataset
+from dmlkit.data.cub import CUBDataset
+from dmlkit.data.fashion_mnist import FashionMNISTDataset
+from dmlkit.data.inshop import InShopDataset
+from dmlkit.data.mnist import MNISTDataset
+from dmlkit.data.sop import SOPDataset
+from dmlkit.data.vehicleid import VehicleIDDataset
 from dmlkit.data.splits import class_disjoint_split, class_fold_split, subset_classes
 from dmlkit.registry import Registry, check_kwargs
 
 DATASETS: Registry[DMLDataset] = Registry("dataset")
 DATASETS.register("glyphs", GlyphsDataset)
+DATASETS.register("glyph_collage", GlyphCollageDataset)
 DATASETS.register("image_folder", ImageFolderDataset)
+DATASETS.register("cub", CUBDataset)
+DATASETS.register("cars", CarsDataset)
+DATASETS.register("sop", SOPDataset)
+DATASETS.register("inshop", InShopDataset)
+DATASETS.register("vehicleid", VehicleIDDataset)
+DATASETS.register("mnist", MNISTDataset)
+DATASETS.register("fashion_mnist", FashionMNISTDataset)
+DATASETS.register("cifar10", CIFAR10Dataset)
+DATASETS.register("cifar100", CIFAR100Dataset)
 
 
 def list_datasets() -> list[str]:

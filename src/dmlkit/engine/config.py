@@ -40,10 +40,49 @@ class TrainConfig:
     val_metric: str = "mean_average_precision_at_r"
     patience: int = 5
     grad_clip: float | None = None
+    warmup_steps: int = 0  # steps training only the head and proxies (engine/warmup.py; thesis: 1 epoch)
     log_every: int = 10
     accelerator: str = "auto"
     devices: int = 1
     precision: str = "32-true"
+
+    def __post_init__(self) -> None:
+        check_train_values(self)
+
+
+_POSITIVE_INTS = ("batch_size", "m_per_class", "max_steps", "val_every", "log_every", "step_size", "devices")
+_NON_NEGATIVE_INTS = ("patience", "plateau_patience")
+
+
+def check_train_values(t: TrainConfig) -> None:
+    """Reject values no run can use (zero or negative sizes, rates that are not finite and positive)
+    with a ValueError naming ``train.<key>``; the type of each value is checked when the config is read."""
+    import math
+
+    def bad(key: str, value: object, want: str) -> ValueError:
+        return ValueError(f"train.{key} must be {want}; got {value!r}")
+
+    for key in _POSITIVE_INTS + _NON_NEGATIVE_INTS:
+        value, low = getattr(t, key), (1 if key in _POSITIVE_INTS else 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or value > 2**40:
+            raise bad(key, value, f"an integer between {low} and 2**40")
+    for key in ("lr", "head_lr", "loss_lr", "grad_clip"):
+        value = getattr(t, key)
+        if value is None and key != "lr":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise bad(key, value, "a finite number > 0" + ("" if key == "lr" else " (or null)"))
+    if not isinstance(t.weight_decay, (int, float)) or not math.isfinite(t.weight_decay) or t.weight_decay < 0:
+        raise bad("weight_decay", t.weight_decay, "a finite number >= 0")
+    for key in ("momentum", "plateau_factor", "step_gamma"):
+        value = getattr(t, key)
+        low_ok = key == "momentum"
+        if not isinstance(value, (int, float)) or not (0 <= value < 1 if low_ok else 0 < value <= 1) or (key == "plateau_factor" and value == 1):
+            raise bad(key, value, "in [0, 1)" if low_ok else ("in (0, 1)" if key == "plateau_factor" else "in (0, 1]"))
+    if len(t.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in t.betas):
+        raise bad("betas", t.betas, "two numbers in [0, 1), e.g. [0.9, 0.99]")
+    if t.batch_size % t.devices:
+        raise bad("batch_size", t.batch_size, f"divisible by train.devices={t.devices} (it is the global batch)")
 
 
 @dataclass

@@ -9,12 +9,18 @@ from typing import Any
 
 
 class MetricsLog:
-    """Append-only log of training and validation records, each carrying its ``step``."""
+    """Append-only log of training and validation records, each carrying its ``step``.
 
-    def __init__(self, path: str | Path) -> None:
+    ``write=False`` (processes other than rank 0 of a multi-process run) reads the file but never changes it.
+    """
+
+    def __init__(self, path: str | Path, write: bool = True) -> None:
         self.path = Path(path)
+        self.write = write
 
     def append(self, record: dict[str, Any]) -> None:
+        if not self.write:
+            return
         with open(self.path, "a") as fh:
             fh.write(json.dumps(record) + "\n")
             fh.flush()
@@ -28,6 +34,8 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """Drop records after ``step`` (used on resume so the log reads as one uninterrupted run)."""
         kept = [r for r in self.read() if r.get("step", 0) <= step]
+        if not self.write:
+            return
         tmp = self.path.with_suffix(".jsonl.tmp")
         with open(tmp, "w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in kept)

@@ -16,9 +16,14 @@ def parameter_groups(model: nn.Module, objective: nn.Module, cfg: TrainConfig) -
     groups = [{"name": "body", "params": body, "lr": cfg.lr}]
     if head_ids:
         groups.append({"name": "head", "params": list(head.parameters()), "lr": cfg.head_lr or cfg.lr})
-    loss_params = [p for p in objective.parameters() if p.requires_grad]
+    loss_params = [p for p in objective.parameters() if p.requires_grad and getattr(p, "lr_mult", None) is None]
     if loss_params:
         groups.append({"name": "loss", "params": loss_params, "lr": cfg.loss_lr or cfg.lr})
+    # objective parameters tagged with ``lr_mult`` (CCP proxies): (loss_lr or lr) * lr_mult, one group per multiplier
+    scaled = [p for p in objective.parameters() if p.requires_grad and getattr(p, "lr_mult", None) is not None]
+    for mult in sorted({float(p.lr_mult) for p in scaled}):
+        params = [p for p in scaled if float(p.lr_mult) == mult]
+        groups.append({"name": f"loss_x{mult:g}", "params": params, "lr": (cfg.loss_lr or cfg.lr) * mult})
     return groups
 
 

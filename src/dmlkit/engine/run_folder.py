@@ -57,6 +57,18 @@ class RunFolder:
             )
 
 
+    def check_space(self, needed_bytes: int) -> None:
+        """Raise before training when the disk under the run folder has less than ``needed_bytes`` free
+        (the trainer asks for three checkpoints: best.pt, last.pt and the temporary file of an atomic write)."""
+        free = shutil.disk_usage(self.path).free
+        if free < needed_bytes:
+            raise ValueError(
+                f"only {free / 2**20:.0f} MiB free under '{self.path}', but this run's checkpoints need about "
+                f"{needed_bytes / 2**20:.0f} MiB (best.pt, last.pt and a temporary copy); free some space or "
+                "choose another output_dir"
+            )
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)

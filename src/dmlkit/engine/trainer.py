@@ -17,24 +17,31 @@ from typing import Any, Iterator
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Sampler, Subset
 
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.augment import build_augmented_loss
 from dmlkit.data import build_datasets, create_batch_sampler
 from dmlkit.engine.callbacks import Callback
+from dmlkit.engine.ccp import attach_ccp, ccp_terms
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, save_checkpoint
 from dmlkit.engine.early_stopping import EarlyStopping
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.eval_model import evaluation_model
+from dmlkit.distributed import ShardedBatchSampler, all_gather_no_grad, all_gather_with_grad, gather_shards, shard_indices
+from dmlkit.engine.launch import fabric_options
+from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.objective import MetricLossTerm, Objective
 from dmlkit.engine.optim import build_optimizer, build_scheduler, parameter_groups
 from dmlkit.engine.progress import TrainingProgress
 from dmlkit.engine.run_folder import RunFolder, write_json_atomic, write_text_atomic
+from dmlkit.engine.warmup import warmup_callbacks
+from dmlkit.engine.zero_shot_term import PLAN_KEY, zero_shot_objective_terms
 from dmlkit.evaluation import clustering_metrics, retrieval_metrics
 from dmlkit.losses import build_objective
 from dmlkit.models import build_embedder
+from dmlkit.proxies import build_ccp_loss
 
 
 class NonFiniteLossError(RuntimeError):
@@ -90,7 +97,13 @@ def build_model(cfg: ExperimentConfig, in_channels: int, train_labels: torch.Ten
         loss, miner = build_objective(cfg.loss, num_classes=num_classes, embedding_size=dim)
     counts = torch.bincount(train_labels, minlength=num_classes)
     loss = build_augmented_loss(cfg.augment, loss, num_classes, dim, class_counts=counts, seed=cfg.seed)
-    return model, Objective([MetricLossTerm(loss, miner)])
+    loss, miner = build_ccp_loss(cfg.ccp, loss, miner, num_classes, dim, seed=cfg.seed)  # CCP, Eq. 3.2.11
+    if cfg.loss.zero_shot_weight != 0:  # (1 - lam) L_DML + lam L_ZS, Eq. 5.2.5 (GSP)
+        terms = zero_shot_objective_terms(
+            loss, miner, model.pooling, num_classes, cfg.loss.zero_shot_weight, seed=cfg.seed, **cfg.loss.zero_shot_params
+        )
+        return model, Objective(terms)
+    return model, Objective([MetricLossTerm(loss, miner), *ccp_terms(cfg.ccp, model)])
 
 
 class _SkipBatches(Sampler):
@@ -133,24 +146,41 @@ class Trainer:
     def _setup(self) -> None:
         from lightning.fabric import Fabric
 
+        t = self.cfg.train
+        self.fabric = Fabric(**fabric_options(t))  # DDP under torchrun (engine/launch.py)
+        self.fabric.launch()
         if self.resuming:
             self.folder.prepare_resume()
-        else:
+        elif self.fabric.is_global_zero:  # only rank 0 writes the run folder
             self.folder.prepare_new()
             write_text_atomic(self.folder.config, dump_config(self.cfg))
-        t = self.cfg.train
-        self.fabric = Fabric(accelerator=t.accelerator, devices=t.devices, precision=t.precision)
+        self.fabric.barrier()
         self.splits = build_splits(self.cfg)
         train = self.splits.train
+        if train.num_classes < 2:
+            raise ValueError(
+                f"the training split has {train.num_classes} class; metric learning needs at least 2 "
+                "(raise data.max_classes, or lower data.val_fraction so that training keeps several classes)"
+            )
         self.model, self.objective = build_model(self.cfg, train.in_channels, train.labels, train.num_classes)
         optimizer = build_optimizer(parameter_groups(self.model, self.objective, t), t)
         self.scheduler = build_scheduler(optimizer, t)
+        if self.fabric.is_global_zero:  # a full disk is reported before training starts
+            slots = {"adam": 2, "adamw": 2}.get(t.optimizer, 1)
+            self.folder.check_space(3 * estimate_checkpoint_bytes(self.model, self.objective, slots))
         self.model, self.optimizer = self.fabric.setup(self.model, optimizer)
+        self.needs_plan = any(getattr(term, "needs_transport_plan", False) for term in self.objective.terms)
+        if self.needs_plan:
+            self.model.mark_forward_method("encode")
         self.objective = self.fabric.to_device(self.objective)
         params = {"m": t.m_per_class, **t.sampler_params} if t.sampler == "m_per_class" else t.sampler_params
         self.sampler = create_batch_sampler(t.sampler, train, t.batch_size, seed=self.cfg.seed, **params)
+        if self.fabric.world_size > 1:  # each process takes its slice of every global batch
+            self.sampler = ShardedBatchSampler(self.sampler, self.fabric.global_rank, self.fabric.world_size)
         self.stopper = EarlyStopping(t.patience)
-        self.log = MetricsLog(self.folder.metrics)
+        self.callbacks = attach_ccp(self) + self.callbacks  # CCP: its stopper and callback (Algorithm 1)
+        self.callbacks = warmup_callbacks(self) + self.callbacks  # train.warmup_steps: head-only warm-up
+        self.log = MetricsLog(self.folder.metrics, write=self.fabric.is_global_zero)
         if self.resuming:
             self._load_last()
 
@@ -186,8 +216,8 @@ class Trainer:
         t = self.cfg.train
         for cb in self.callbacks:
             cb.on_train_start(self)
-        progress = TrainingProgress(total=t.max_steps, start=self.state.step, quiet=self.quiet)
-        with progress:
+        progress = TrainingProgress(total=t.max_steps, start=self.state.step, quiet=self.quiet or not self.fabric.is_global_zero)
+        with progress, StopSignals() as self.signals:  # SIGTERM/SIGINT: save last.pt, then stop
             while self.state.step < t.max_steps and not self.stopper.should_stop:
                 self._run_epoch(progress)
         summary = self._finish()
@@ -218,16 +248,51 @@ class Trainer:
                 score = self._validate()
                 progress.show_validation(t.val_metric, score)
                 started = time.perf_counter()
+            self._stop_if_signalled()
             if s.step >= t.max_steps or self.stopper.should_stop:
                 return
         s.epoch += 1
         s.batch_in_epoch = 0
 
+    def _global_batch(self, embeddings: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings (with gradient) and labels of every process's slice, in global-batch order."""
+        embeddings, labels = all_gather_with_grad(embeddings), all_gather_no_grad(labels)
+        batch["labels"] = labels
+        if PLAN_KEY in batch:
+            if not isinstance(batch[PLAN_KEY], torch.Tensor):
+                raise ValueError("the GSP transport plan must be a tensor with a batch dimension to train on several processes")
+            batch[PLAN_KEY] = all_gather_with_grad(batch[PLAN_KEY])
+        return embeddings, labels
+
+    def _save(self, path: Path, state: dict[str, Any]) -> None:
+        """Write a checkpoint from rank 0 only (every process holds the same state)."""
+        if self.fabric.is_global_zero:
+            save_checkpoint(path, state)
+
+    def _stop_if_signalled(self) -> None:
+        """After a step: on SIGTERM/SIGINT (on any process) write last.pt and raise ``TrainingInterrupted``."""
+        received = self.signals.received or 0
+        if self.fabric.world_size > 1:  # every process stops after the same step
+            flags = all_gather_no_grad(torch.tensor([received], device=self.fabric.device))
+            received = int(flags.max())
+        if received:
+            self._save(self.folder.last_checkpoint, self._checkpoint_state())
+            self.fabric.barrier()
+            raise TrainingInterrupted(received, self.state.step, str(self.folder.path))
+
     def _train_step(self, images: torch.Tensor, labels: torch.Tensor) -> dict[str, Any]:
         images, labels = self.fabric.to_device((images, labels))
         self.model.train()
-        embeddings = self.model(images)
         batch = {"images": images, "labels": labels, "step": self.state.step}
+        if self.needs_plan:  # the GSP plan for the zero-shot prediction loss
+            encoded = self.model.encode(images)
+            embeddings, batch[PLAN_KEY] = encoded.embedding, encoded.plan
+        else:
+            embeddings = self.model(images)
+        if embeddings.dtype in (torch.float16, torch.bfloat16):  # losses, miners and proxies run in float32
+            embeddings = embeddings.float()
+        if self.fabric.world_size > 1:  # the objective sees the global batch (dmlkit.distributed.gather)
+            embeddings, labels = self._global_batch(embeddings, labels, batch)
         total, terms = self.objective(embeddings, labels, batch)
         if not torch.isfinite(total):
             raise NonFiniteLossError(
@@ -253,12 +318,25 @@ class Trainer:
         """The module evaluated: the embedder, or the classifier outputs (``eval.embedding``)."""
         return evaluation_model(self.model, self.objective, self.cfg.eval.embedding, self.cfg.augment.normalize_input)
 
+    def _embed(self, dataset: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Embeddings and labels of ``dataset``; with several processes each embeds a shard, then all gather."""
+        bs, device, n = self.cfg.eval.batch_size, self.fabric.device, len(dataset)
+        if self.fabric.world_size == 1:
+            return embed_dataset(self.eval_model(), dataset, bs, device)
+        idx = shard_indices(n, self.fabric.global_rank, self.fabric.world_size)
+        model = evaluation_model(self.model.module, self.objective, self.cfg.eval.embedding)  # no DDP collectives
+        local, labels = embed_dataset(model, Subset(dataset, idx.tolist()), bs, device)
+        idx = idx.to(device)
+        return gather_shards(local.to(device), idx, n).cpu(), gather_shards(labels.to(device), idx, n).cpu()
+
     def evaluate(self, dataset: Any, with_clustering: bool = False) -> dict[str, float]:
-        embeddings, labels = embed_dataset(self.eval_model(), dataset, self.cfg.eval.batch_size, self.fabric.device)
-        metrics = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
-        if with_clustering:
-            metrics.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))
-        return metrics
+        embeddings, labels = self._embed(dataset)
+        metrics = None
+        if self.fabric.is_global_zero:  # rank 0 computes, every process gets the same values
+            metrics = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
+            if with_clustering:
+                metrics.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))
+        return self.fabric.broadcast(metrics) if self.fabric.world_size > 1 else metrics
 
     def _validate(self) -> float:
         t, s = self.cfg.train, self.state
@@ -273,8 +351,8 @@ class Trainer:
         self.log.append(record)
         s.history.append(record)
         if improved:
-            save_checkpoint(self.folder.best_checkpoint, {"model": self.model.state_dict(), "objective": self.objective.state_dict(), "step": s.step, "metrics": metrics})
-        save_checkpoint(self.folder.last_checkpoint, self._checkpoint_state())
+            self._save(self.folder.best_checkpoint, {"model": self.model.state_dict(), "objective": self.objective.state_dict(), "step": s.step, "metrics": metrics})
+        self._save(self.folder.last_checkpoint, self._checkpoint_state())
         for cb in self.callbacks:
             cb.on_validation_end(self, metrics)
         return score
@@ -287,9 +365,10 @@ class Trainer:
             self.objective.load_state_dict(best["objective"])
 
     def _finish(self) -> dict[str, Any]:
+        self.fabric.barrier()  # rank 0 has written best.pt
         self._restore_best()
         test_split = self.splits.test
-        embeddings, labels = embed_dataset(self.eval_model(), test_split, self.cfg.eval.batch_size, self.fabric.device)
+        embeddings, labels = self._embed(test_split)
         test = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
         if self.cfg.eval.clustering:
             test.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))
@@ -306,9 +385,10 @@ class Trainer:
             "test": test,
             "num_parameters": sum(p.numel() for p in self.model.parameters()),
         }
-        write_json_atomic(self.folder.summary, summary)
-        if self.cfg.plots:
-            self._plot(embeddings, labels)
+        if self.fabric.is_global_zero:
+            write_json_atomic(self.folder.summary, summary)
+            if self.cfg.plots:
+                self._plot(embeddings, labels)
         return summary
 
     def _plot(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:

@@ -54,6 +54,7 @@ class EmbedderOutput:
     local: torch.Tensor  # (B, C, h, w) backbone feature map
     pooled: torch.Tensor  # (B, C') pooled feature
     embedding: torch.Tensor  # (B, d) normalised embedding
+    plan: torch.Tensor | None = None  # (B, m, n) transport plan, when the pooling has one (GSP)
 
 
 class Embedder(nn.Module):
@@ -101,10 +102,18 @@ class Embedder(nn.Module):
         return normalize_embeddings(self.head(pooled), self.normalize)
 
     def encode(self, x: torch.Tensor) -> EmbedderOutput:
-        """One pass returning the local map, the pooled feature and the embedding."""
+        """One pass returning the local map, the pooled feature, the embedding and the pooling's plan.
+
+        ``plan`` is filled when the pooling module has ``forward_with_plan`` (GSP's
+        transport plan, used by the zero-shot prediction loss, Sec. 5.2.3), else None.
+        """
         local = self.local_features(x)
-        pooled = self.pooling(local)
-        return EmbedderOutput(local=local, pooled=pooled, embedding=self.embed_pooled(pooled))
+        plan = None
+        if hasattr(self.pooling, "forward_with_plan"):
+            pooled, plan = self.pooling.forward_with_plan(local)
+        else:
+            pooled = self.pooling(local)
+        return EmbedderOutput(local=local, pooled=pooled, embedding=self.embed_pooled(pooled), plan=plan)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Embeddings ``(B, embedding_dim)``."""

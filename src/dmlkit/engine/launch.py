@@ -1,0 +1,48 @@
+"""How the trainer's Fabric is set up for one or many processes.
+
+Launch with ``torchrun --nproc_per_node=N -m dmlkit train CONFIG`` (multi-node:
+add ``--nnodes``, ``--node_rank``, ``--rdzv_endpoint`` as usual). torchrun sets
+``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``; the devices and nodes given to Fabric
+are then taken from them (``train.devices`` is ignored), with the DDP strategy
+(gloo on CPU, NCCL on GPUs). Without torchrun, ``train.devices > 1`` makes
+Fabric start the processes itself (DDP as well).
+
+``train.batch_size`` stays the *global* batch: each of the N processes embeds
+``batch_size / N`` images, and the loss sees the gathered global batch
+(``dmlkit.distributed``), so the run optimises what one process would.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dmlkit.engine.config import TrainConfig
+
+
+def torchrun_world(env: Mapping[str, str] | None = None) -> tuple[int, int] | None:
+    """``(processes per node, nodes)`` when launched by torchrun with more than one process, else None."""
+    env = os.environ if env is None else env
+    if "LOCAL_WORLD_SIZE" not in env or "WORLD_SIZE" not in env:
+        return None
+    try:
+        world, local = int(env["WORLD_SIZE"]), int(env["LOCAL_WORLD_SIZE"])
+    except ValueError:
+        raise ValueError(f"WORLD_SIZE={env['WORLD_SIZE']!r} / LOCAL_WORLD_SIZE={env['LOCAL_WORLD_SIZE']!r} are not integers; launch with torchrun") from None
+    if world <= 1:
+        return None
+    if local < 1 or world % local:
+        raise ValueError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}; use the same --nproc_per_node on every node")
+    return local, world // local
+
+
+def fabric_options(t: TrainConfig, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Keyword arguments of ``lightning.fabric.Fabric`` for ``t`` in the current launch environment."""
+    options: dict[str, Any] = {"accelerator": t.accelerator, "devices": t.devices, "precision": t.precision}
+    launched = torchrun_world(env)
+    if launched is not None:
+        options.update(devices=launched[0], num_nodes=launched[1], strategy="ddp")
+    elif isinstance(t.devices, int) and t.devices > 1:
+        options["strategy"] = "ddp"
+    return options
