@@ -141,7 +141,7 @@ def thesis_configs() -> int:
                 "Early stopping: 'no improvement for 60 steps' read as 60 validations (patience counts validations).",
             ] + notes
             if ds == "inshop":
-                header.append("In-shop is evaluated query -> gallery; eval.split names the gallery split here.")
+                header.append("In-shop is evaluated query -> gallery (eval.split: query, eval.reference_split: gallery).")
             sections = [
                 f"name: {name}",
                 "seed: 0",
@@ -159,7 +159,7 @@ def thesis_configs() -> int:
                      "val_metric": "mean_average_precision_at_r", "patience": 60}
             train.update(train_extra)
             sections.append(section("train", train, {"max_steps": "assumed upper bound; early stopping ends the run"}))
-            sections.append(section("eval", {"split": "gallery" if ds == "inshop" else "test", "ks": [1], "clustering": False}))
+            sections.append(section("eval", ({"split": "query", "reference_split": "gallery"} if ds == "inshop" else {"split": "test"}) | {"ks": [1], "clustering": False}))
             sections.append(
                 "expected:\n"
                 f"  source: \"thesis Table 3.1, {row}\"\n"
@@ -227,7 +227,7 @@ def thesis51_configs() -> int:
                 header.append(f"GSP: {GSP_PROTOTYPES[ds]} prototypes, eps {0.5 if proxy_based else 5.0} ({'proxy' if proxy_based else 'non-proxy'} loss), "
                               "mu 0.3, 100 iterations; zero-shot loss lambda 0.1 with ridge 0.05 (Eq. 5.2.5).")
             if ds == "inshop":
-                header.append("In-shop is evaluated query -> gallery; eval.split names the gallery split here.")
+                header.append("In-shop is evaluated query -> gallery (eval.split: query, eval.reference_split: gallery).")
             model = {"backbone": "timm:inception_v3", "pretrained": True, "pooling": "gsp" if gsp else "gap"}
             if gsp:
                 model["pooling_params"] = {"num_prototypes": GSP_PROTOTYPES[ds], "mu": 0.3, "eps": 0.5 if proxy_based else 5.0, "iters": 100}
@@ -252,7 +252,7 @@ def thesis51_configs() -> int:
                      "val_metric": "mean_average_precision_at_r", "patience": 15 if ds in SMALL else 10}
             train.update(train_extra)
             sections.append(section("train", train, {"max_steps": "assumed upper bound; early stopping ends the run"}))
-            sections.append(section("eval", {"split": "gallery" if ds == "inshop" else "test", "ks": [1], "clustering": False}))
+            sections.append(section("eval", ({"split": "query", "reference_split": "gallery"} if ds == "inshop" else {"split": "test"}) | {"ks": [1], "clustering": False}))
             v = values[4 * j : 4 * j + 4]
 
             def block(a, b):
@@ -388,7 +388,7 @@ def fastap_config(name: str, net: str, ds: str, split: str, metrics: dict[str, f
         "Optimiser, lr and epochs are not in the supplement: Adam 1e-5, new layers 10x, 50 epochs (Sec. B.2: 'within 50 epochs') are assumed.",
     ] + ([note] if note else [])
     if ds == "inshop":
-        header.append("In-shop is evaluated query -> gallery; eval.split names the gallery split here.")
+        header.append("In-shop is evaluated query -> gallery (eval.split: query, eval.reference_split: gallery).")
     sections = [
         f"name: {name}",
         "seed: 0",
@@ -401,7 +401,8 @@ def fastap_config(name: str, net: str, ds: str, split: str, metrics: dict[str, f
             "optimizer": "adam", "lr": 1.0e-5, "head_lr": 1.0e-4, "weight_decay": 0.0, "batch_size": batch, "sampler": "fastap_hard",
             "sampler_params": sampler_params, "max_steps": 50000, "val_every": 1000, "val_metric": "recall_at_1", "patience": 10,
         }, {"lr": "assumed", "head_lr": "assumed", "weight_decay": "assumed", "max_steps": "assumed", "patience": "assumed"}),
-        section("eval", {"split": split, "ks": ks, "clustering": False}),
+        section("eval", ({"split": "query", "reference_split": "gallery"} if split == "gallery" else {"split": split})
+                | {"ks": ks, "clustering": False}),
     ]
     body = ", ".join(f"{k}: {v}" for k, v in metrics.items())
     sections.append(f"expected:\n  source: \"FastAP supplement Table 3, {net}\"\n  protocol: conventional\n  test: {{{body}}}")

@@ -91,6 +91,9 @@ class EvalConfig:
 
     ``embedding``: ``features`` (the model's embedding) or ``classifier`` (the class
     outputs of a classifier loss such as ce_weak / ce_metric).
+    ``reference_split``: when set, the images of ``split`` are queries searched among the
+    images of this split (In-shop: ``split: query``, ``reference_split: gallery``); the two
+    splits must share class ids. ``null``: ``split`` retrieves within itself (leave-one-out).
     """
 
     split: str = "test"
@@ -98,6 +101,7 @@ class EvalConfig:
     clustering: bool = True
     batch_size: int = 256
     embedding: str = "features"
+    reference_split: str | None = None
 
     def __post_init__(self) -> None:
         if self.embedding not in ("features", "classifier"):

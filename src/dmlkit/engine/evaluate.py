@@ -79,7 +79,10 @@ def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str
     run = load_run_model(run_or_checkpoint)
     cfg, folder, checkpoint = run.cfg, run.folder, run.checkpoint
     embeddings, labels = embed_dataset(run.eval_model, run_split(cfg, split), cfg.eval.batch_size)
-    metrics = retrieval_metrics(embeddings, labels, ks=tuple(cfg.eval.ks))
+    refs: tuple = (None, None)
+    if cfg.eval.reference_split is not None and split == cfg.eval.split:  # queries against the gallery
+        refs = embed_dataset(run.eval_model, run_split(cfg, cfg.eval.reference_split), cfg.eval.batch_size)
+    metrics = retrieval_metrics(embeddings, labels, *refs, ks=tuple(cfg.eval.ks))
     if cfg.eval.clustering:
         metrics.update(clustering_metrics(embeddings, labels, seed=cfg.seed))
     write_json_atomic(folder.path / f"eval_{split}.json", {"checkpoint": str(checkpoint), "split": split, **metrics})

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Sampler, Subset
 
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.augment import build_augmented_loss
-from dmlkit.data import build_datasets, create_batch_sampler
+from dmlkit.data import create_dataset, build_datasets, create_batch_sampler
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.ccp import attach_ccp, ccp_terms
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, save_checkpoint
@@ -56,6 +56,7 @@ class Splits:
     val: Any
     test: Any
     val_is_test: bool = False
+    reference: Any = None  # references of the test queries (eval.reference_split), or None
 
 
 @dataclass
@@ -75,9 +76,19 @@ def build_splits(cfg: ExperimentConfig) -> Splits:
     With ``data.val_fraction: 0`` the test split monitors training (the conventional protocol).
     """
     sets = build_datasets(cfg.data, seed=cfg.seed, test_split=cfg.eval.split)
+    reference = reference_dataset(cfg)
     if "val" not in sets:
-        return Splits(train=sets["train"], val=sets["test"], test=sets["test"], val_is_test=True)
-    return Splits(train=sets["train"], val=sets["val"], test=sets["test"])
+        return Splits(train=sets["train"], val=sets["test"], test=sets["test"], val_is_test=True, reference=reference)
+    return Splits(train=sets["train"], val=sets["val"], test=sets["test"], reference=reference)
+
+
+def reference_dataset(cfg: ExperimentConfig) -> Any:
+    """The un-augmented ``eval.reference_split`` of the run's dataset (query -> gallery), or None."""
+    if cfg.eval.reference_split is None:
+        return None
+    d = cfg.data
+    common = dict(root=d.root, seed=cfg.seed, image_size=d.image_size, max_classes=d.max_classes, **d.params)
+    return create_dataset(d.name, cfg.eval.reference_split, augment=False, **common)
 
 
 def build_model(cfg: ExperimentConfig, in_channels: int, train_labels: torch.Tensor, num_classes: int) -> tuple[nn.Module, Objective]:
@@ -324,23 +335,27 @@ class Trainer:
         if self.fabric.world_size == 1:
             return embed_dataset(self.eval_model(), dataset, bs, device)
         idx = shard_indices(n, self.fabric.global_rank, self.fabric.world_size)
-        model = evaluation_model(self.model.module, self.objective, self.cfg.eval.embedding)  # no DDP collectives
+        model = evaluation_model(  # the bare module: no DDP collectives
+            self.model.module, self.objective, self.cfg.eval.embedding, self.cfg.augment.normalize_input
+        )
         local, labels = embed_dataset(model, Subset(dataset, idx.tolist()), bs, device)
         idx = idx.to(device)
         return gather_shards(local.to(device), idx, n).cpu(), gather_shards(labels.to(device), idx, n).cpu()
 
-    def evaluate(self, dataset: Any, with_clustering: bool = False) -> dict[str, float]:
+    def evaluate(self, dataset: Any, with_clustering: bool = False, reference: Any = None) -> dict[str, float]:
+        """Retrieval metrics of ``dataset`` within itself, or as queries against ``reference``."""
         embeddings, labels = self._embed(dataset)
+        refs = self._embed(reference) if reference is not None else (None, None)
         metrics = None
         if self.fabric.is_global_zero:  # rank 0 computes, every process gets the same values
-            metrics = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
+            metrics = retrieval_metrics(embeddings, labels, *refs, ks=tuple(self.cfg.eval.ks))
             if with_clustering:
                 metrics.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))
         return self.fabric.broadcast(metrics) if self.fabric.world_size > 1 else metrics
 
     def _validate(self) -> float:
         t, s = self.cfg.train, self.state
-        metrics = self.evaluate(self.splits.val)
+        metrics = self.evaluate(self.splits.val, reference=self.splits.reference if self.splits.val_is_test else None)
         if t.val_metric not in metrics:
             raise ValueError(f"train.val_metric '{t.val_metric}' is not a retrieval metric; valid: {', '.join(metrics)}")
         score = metrics[t.val_metric]
@@ -369,7 +384,8 @@ class Trainer:
         self._restore_best()
         test_split = self.splits.test
         embeddings, labels = self._embed(test_split)
-        test = retrieval_metrics(embeddings, labels, ks=tuple(self.cfg.eval.ks))
+        refs = self._embed(self.splits.reference) if self.splits.reference is not None else (None, None)
+        test = retrieval_metrics(embeddings, labels, *refs, ks=tuple(self.cfg.eval.ks))
         if self.cfg.eval.clustering:
             test.update(clustering_metrics(embeddings, labels, seed=self.cfg.seed))
         self.log.append({"split": "test", "step": self.state.step, **test})

@@ -23,10 +23,29 @@ from dmlkit.protocols.runs import Obtain
 from dmlkit.protocols.table import summarise
 
 
-def _metrics(embeddings: torch.Tensor, labels: torch.Tensor, ks: Sequence[int], clustering: bool, seed: int) -> dict[str, float]:
-    out = retrieval_metrics(embeddings, labels, ks=tuple(ks))
+class _Concatenation:
+    """The models' L2-normalised embeddings of one split, concatenated along the feature axis."""
+
+    def __init__(self) -> None:
+        self.parts: list[torch.Tensor] = []
+        self.labels: torch.Tensor | None = None
+
+    def add(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
+        if self.labels is not None and not torch.equal(labels, self.labels):
+            raise ValueError("the fold models embedded different test sets; the folds' configs must share eval.split")
+        self.labels = labels
+        self.parts.append(F.normalize(embeddings, dim=1))
+
+    def joint(self) -> torch.Tensor:
+        return F.normalize(torch.cat(self.parts, dim=1), dim=1)
+
+
+def _metrics(queries: _Concatenation, references: _Concatenation, ks: Sequence[int], clustering: bool, seed: int) -> dict[str, float]:
+    q = queries.joint()
+    refs = (references.joint(), references.labels) if references.parts else (None, None)
+    out = retrieval_metrics(q, queries.labels, *refs, ks=tuple(ks))
     if clustering:
-        out.update(clustering_metrics(embeddings, labels, seed=seed))
+        out.update(clustering_metrics(q, queries.labels, seed=seed))
     return out
 
 
@@ -48,15 +67,13 @@ def run_fair(
         summaries = [obtain(c, d) for c, d in zip(configs, run_dirs)]
         if any(s is None for s in summaries):
             continue
-        per_model, embeddings, labels, cfg = [], [], None, configs[0]
-        for fold, (run_dir, summary) in enumerate(zip(run_dirs, summaries)):
-            emb, lab = embed_run(run_dir, cfg.eval.split)
-            if labels is not None and not torch.equal(lab, labels):
-                raise ValueError(f"fold {fold} embedded a different test set; the folds' configs must share eval.split")
-            labels = lab
-            embeddings.append(F.normalize(emb, dim=1))
+        per_model, cfg = [], configs[0]
+        queries, references = _Concatenation(), _Concatenation()
+        for run_dir, summary in zip(run_dirs, summaries):
+            queries.add(*embed_run(run_dir, cfg.eval.split))
+            if cfg.eval.reference_split is not None:  # query -> gallery datasets (In-shop)
+                references.add(*embed_run(run_dir, cfg.eval.reference_split))
             per_model.append(seed_metrics(summary))
         separated.append({k: v[0] for k, v in summarise(per_model).items()})
-        joint = F.normalize(torch.cat(embeddings, dim=1), dim=1)
-        concatenated.append(_metrics(joint, labels, cfg.eval.ks, cfg.eval.clustering, seed))
+        concatenated.append(_metrics(queries, references, cfg.eval.ks, cfg.eval.clustering, seed))
     return {"separated": separated, "concatenated": concatenated}
