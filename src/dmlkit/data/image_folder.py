@@ -26,6 +26,7 @@ from torch import Tensor
 
 from dmlkit.data.base import DMLDataset, no_categories
 from dmlkit.data.seeding import make_generator
+from dmlkit.data.unreadable import check_on_corrupt, readable_indices
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -71,7 +72,7 @@ class ImageFolderDataset(DMLDataset):
 
     def __init__(
         self, split: str = "train", root: str | Path | None = None, seed: int = 0, augment: bool = False,
-        image_size: int = 32, channels: int = 3,
+        image_size: int = 32, channels: int = 3, on_corrupt: str = "error",
     ) -> None:
         if root is None:
             raise ValueError("dataset 'image_folder' needs data.root: the folder holding train/ and test/")
@@ -80,6 +81,12 @@ class ImageFolderDataset(DMLDataset):
         self.root, self.split, self.seed, self.augment = Path(root), split, seed, augment
         self.image_size, self.in_channels = image_size, channels
         self.class_names, self.paths, labels = scan_split(self.root / split)
+        self.skipped: list[tuple[str, str]] = []
+        if check_on_corrupt(on_corrupt) == "skip":
+            keep, self.skipped = readable_indices(self.paths, f"image_folder '{self.root / split}'")
+            self.paths, labels = [self.paths[i] for i in keep], [labels[i] for i in keep]
+            if not self.paths:
+                raise ValueError(f"no image under '{self.root / split}' can be read")
         self.labels = torch.tensor(labels, dtype=torch.long)
         self.class_categories = no_categories(len(self.class_names))
         self.category_names = []

@@ -40,6 +40,7 @@ from dmlkit.data.base import DMLDataset
 from dmlkit.data.cache import dataset_dir
 from dmlkit.data.image_transforms import EvalTransform, PaperTransformConfig, TrainTransform
 from dmlkit.data.seeding import check_seed, make_generator
+from dmlkit.data.unreadable import check_on_corrupt, readable_indices
 
 __all__ = ["ImageList", "ImageListDataset", "default_resize", "first_half_split", "read_rows"]
 
@@ -122,6 +123,7 @@ class ImageListDataset(DMLDataset):
         resize: int | None = None,
         max_classes: int | None = None,
         draft: bool = True,
+        on_corrupt: str = "error",
     ) -> None:
         if split not in self.SPLITS:
             raise ValueError(f"unknown split '{split}' of dataset '{self.NAME}'; valid splits are: {', '.join(self.SPLITS)}")
@@ -137,8 +139,14 @@ class ImageListDataset(DMLDataset):
             data = _first_classes(data, max_classes)
         if not data.paths:
             raise ValueError(f"{self.NAME}: split '{split}' under '{self.folder}' lists no images; the annotation files are incomplete")
-        self.paths = data.paths
-        self.labels = torch.tensor(data.classes, dtype=torch.long)
+        self.paths, classes = data.paths, data.classes
+        self.skipped: list[tuple[str, str]] = []
+        if check_on_corrupt(on_corrupt) == "skip":
+            keep, self.skipped = readable_indices(self.paths, self.NAME)
+            self.paths, classes = [self.paths[i] for i in keep], [classes[i] for i in keep]
+            if not self.paths:
+                raise ValueError(f"{self.NAME}: no image of split '{split}' under '{self.folder}' can be read")
+        self.labels = torch.tensor(classes, dtype=torch.long)
         self.class_names = data.class_names
         cats = data.class_categories or [-1] * len(data.class_names)
         self.class_categories = torch.tensor(cats, dtype=torch.long)
