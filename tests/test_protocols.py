@@ -129,3 +129,12 @@ def test_reuse_only_tabulates_finished_runs_and_parallel_jobs_fill_them(tmp_path
     assert "quickstart (n=2)" in table
     assert all((tmp_path / f"quickstart-seed{s}" / "summary.json").is_file() for s in (0, 1))
     assert run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0, 1], overrides=QUICK, reuse=True) == table
+
+
+def test_runs_written_before_a_new_config_key_are_still_reused(tmp_path):
+    run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0], overrides=QUICK)
+    saved = tmp_path / "quickstart-seed0" / "config.yaml"
+    saved.write_text("".join(line for line in saved.read_text().splitlines(True) if "reference_split" not in line))
+    stamp = (tmp_path / "quickstart-seed0" / "summary.json").stat().st_mtime_ns
+    run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0], overrides=QUICK)
+    assert (tmp_path / "quickstart-seed0" / "summary.json").stat().st_mtime_ns == stamp

@@ -23,7 +23,8 @@ Obtain = Callable[[ExperimentConfig, Path], Summary]
 
 
 def _check_same_config(cfg: ExperimentConfig, folder: RunFolder) -> None:
-    if folder.config.is_file() and folder.config.read_text() != dump_config(cfg):
+    """The run in ``folder`` must be of ``cfg``; compared after loading, so keys added later with their defaults match."""
+    if folder.config.is_file() and dump_config(load_config(folder.config)) != dump_config(cfg):
         raise ValueError(f"'{folder.path}' holds a run of another config; delete it or choose another --out folder")
 
 
