@@ -59,7 +59,12 @@ def _image_folder_root(tmp_path):
 
 
 # Every registered dataset needs a miniature copy here (the tests make it; no download).
-MINIATURES = {"glyphs": _glyphs_root, "image_folder": _image_folder_root, **BENCHMARK_MINIATURES}
+MINIATURES = {
+    "glyphs": _glyphs_root,
+    "glyph_collage": _glyphs_root,  # built from the rendered glyphs, like glyphs itself
+    "image_folder": _image_folder_root,
+    **BENCHMARK_MINIATURES,
+}
 
 
 @pytest.mark.parametrize("name", list_datasets())
