@@ -21,14 +21,14 @@ COLUMN_SETS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (``n - 1``; 0 for a single value); NaN for no values."""
+def mean_std(values: Sequence[float], single_std: float = 0.0) -> tuple[float, float]:
+    """Mean and sample standard deviation (``n - 1``; ``single_std`` for a single value); NaN for no values."""
     vals = [float(v) for v in values]
     if not vals:
         return math.nan, math.nan
     mean = sum(vals) / len(vals)
     if len(vals) == 1:
-        return mean, 0.0
+        return mean, single_std
     return mean, math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
 
 

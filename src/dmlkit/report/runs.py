@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import yaml
 
 from dmlkit.engine.run_folder import RunFolder
+from dmlkit.protocols.table import mean_std as protocol_mean_std
 
 __all__ = [
     "GROUP_IGNORED_KEYS",
@@ -158,10 +159,4 @@ def group_runs(runs: Sequence[RunRecord], ignore: Sequence[str] = GROUP_IGNORED_
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (``n - 1``; NaN for a single value, both NaN for none)."""
-    vals = [float(v) for v in values]
-    if not vals:
-        return math.nan, math.nan
-    mean = sum(vals) / len(vals)
-    if len(vals) == 1:
-        return mean, math.nan
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+    return protocol_mean_std(values, single_std=math.nan)
