@@ -220,11 +220,15 @@ def gsp_transport(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Solve (P2) for costs ``(B, m, n)``: residuals ``rho`` ``(B, n)`` and plan ``pi`` ``(B, m, n)``.
 
-    Forward by Proposition 5.2.1, gradient w.r.t. ``costs`` by Proposition 5.2.2.
+    Forward by Proposition 5.2.1, gradient w.r.t. ``costs`` by Proposition 5.2.2. Under
+    ``torch.jit.trace`` (export), which cannot record a Python ``autograd.Function``, the same
+    iteration runs as plain tensor operations (``gsp_transport_unrolled(..., "hoisted")``).
     """
     _check_params(mu, eps, iters)
     if costs.ndim != 3:
         raise ValueError(f"GSP costs must be (B, m, n), got shape {tuple(costs.shape)}")
+    if torch.jit.is_tracing():
+        return gsp_transport_unrolled(costs, mu, eps, iters, unroll="hoisted")
     return _GSPTransport.apply(costs, float(mu), float(eps), int(iters))
 
 

@@ -18,10 +18,8 @@ size) and compared with the eager model: ``ExportReport.max_abs_diff`` must not 
 from __future__ import annotations
 
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -75,30 +73,9 @@ def run_exported(path: str | Path, fmt: str, images: torch.Tensor) -> torch.Tens
     raise ValueError(f"unknown export format '{fmt}'; valid formats are: {', '.join(EXPORT_FORMATS)}")
 
 
-@contextmanager
-def _traceable_gsp() -> Iterator[None]:
-    """While tracing: GSP's transport as plain tensor operations instead of its custom autograd Function.
-
-    ``torch.jit.trace`` cannot record a Python ``autograd.Function``; the forward of
-    ``gsp_transport_unrolled`` is the same iteration of Proposition 5.2.1 written with ordinary
-    operations (its values agree with ``gsp_transport``'s, which the parity check confirms).
-    """
-    from dmlkit.pooling import gsp
-
-    def transport(costs: torch.Tensor, mu: float = 0.3, eps: float = 5.0, iters: int = 100):
-        return gsp.gsp_transport_unrolled(costs, mu, eps, iters, unroll="hoisted")
-
-    original = gsp.gsp_transport
-    gsp.gsp_transport = transport
-    try:
-        yield
-    finally:
-        gsp.gsp_transport = original
-
-
 def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path) -> None:
     if fmt == "torchscript":
-        with torch.no_grad(), _traceable_gsp(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings():  # GSP traces as plain ops (gsp_transport)
             warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks become constants: fine
             traced = torch.jit.trace(model, example, check_trace=False)
         torch.jit.save(traced, str(out))
