@@ -260,3 +260,20 @@ def test_embedder_rejects_bad_parts():
         Embedder(backbone, nn.Identity(), 8)
     with pytest.raises(ValueError, match="normalize"):
         Embedder(backbone, create_pooling("gap", 64), 8, normalize="unit")
+
+
+def test_local_dim_adds_a_per_pixel_projection_before_pooling():
+    import torch
+
+    from dmlkit.models import ModelConfig, build_embedder
+
+    model = build_embedder(ModelConfig(backbone="resnet20", pooling="gsp", local_dim=12, embedding_dim=8,
+                                       pooling_params={"num_prototypes": 4}), in_channels=1)
+    out = model.encode(torch.randn(2, 1, 32, 32))
+    assert out.local.shape[1] == 12 and model.pooling.prototypes.shape == (4, 12)
+    conv = model.local_projection
+    raw = model.backbone.eval()(torch.ones(1, 1, 32, 32))
+    torch.testing.assert_close(conv(raw)[0, :, 0, 0], conv.weight[:, :, 0, 0] @ raw[0, :, 0, 0] + conv.bias)
+    assert out.embedding.shape == (2, 8)
+    with pytest.raises(ValueError, match="local_dim"):
+        build_embedder(ModelConfig(local_dim=0), in_channels=1)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmlkit.models.backbones import TIMM_PREFIX, create_backbone, list_backbones
-from dmlkit.models.embedder import NORMALIZATIONS, Embedder
+from dmlkit.models.embedder import NORMALIZATIONS, Embedder, local_projection_conv
 from dmlkit.pooling import create_pooling, list_poolings
 
 __all__ = ["ModelConfig", "build_embedder"]
@@ -30,6 +30,8 @@ class ModelConfig:
         pretrained: load pretrained backbone weights: ``true`` (published weights, timm backbones),
             or the path of a weights file (any backbone).
         freeze_bn: freeze every BatchNorm layer of the backbone (fixed statistics and affine parameters).
+        local_dim: when set, a per-pixel 1x1 convolution maps the backbone's channels to ``local_dim``
+            before pooling (the local embedding of the thesis' Sec. 5.2.4, used with GSP).
     """
 
     backbone: str = "resnet20"
@@ -39,6 +41,7 @@ class ModelConfig:
     normalize: str = "l2"
     pretrained: bool | str = False
     freeze_bn: bool = False
+    local_dim: int | None = None
 
 
 def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
@@ -59,5 +62,7 @@ def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
     if not isinstance(cfg.embedding_dim, int) or cfg.embedding_dim < 1:
         raise ValueError(f"model.embedding_dim must be a positive integer, got {cfg.embedding_dim!r}")
     backbone = create_backbone(cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained, freeze_bn=cfg.freeze_bn)
-    pooling = create_pooling(cfg.pooling, backbone.out_channels, **dict(cfg.pooling_params))
-    return Embedder(backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize)
+    projection = None if cfg.local_dim is None else local_projection_conv(backbone.out_channels, cfg.local_dim)
+    channels = backbone.out_channels if projection is None else cfg.local_dim
+    pooling = create_pooling(cfg.pooling, channels, **dict(cfg.pooling_params))
+    return Embedder(backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize, local_projection=projection)

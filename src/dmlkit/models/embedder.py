@@ -65,23 +65,31 @@ class Embedder(nn.Module):
         pooling: module mapping ``(B, C, h, w)`` to ``(B, C')`` with ``output_dim(C) -> C'``.
         embedding_dim: size ``d`` of the embedding.
         normalize: ``"l2"`` (default), ``"lipschitz"`` or ``"none"``.
+        local_projection: optional module applied to the backbone map before pooling, e.g. the
+            per-pixel 1x1 convolution of the thesis' Sec. 5.2.4 (``local_projection_conv``); it must
+            expose ``out_channels``, the channel count the pooling then sees.
 
     Attributes:
         head: the ``nn.Linear(C', d)`` (separate so an optimiser can give it its own learning rate).
     """
 
-    def __init__(self, backbone: nn.Module, pooling: nn.Module, embedding_dim: int, normalize: str = "l2") -> None:
+    def __init__(
+        self, backbone: nn.Module, pooling: nn.Module, embedding_dim: int, normalize: str = "l2",
+        local_projection: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         if normalize not in NORMALIZATIONS:
             raise ValueError(f"unknown normalize '{normalize}'; valid values are: {', '.join(NORMALIZATIONS)}")
         if not isinstance(embedding_dim, int) or embedding_dim < 1:
             raise ValueError(f"embedding_dim must be a positive integer, got {embedding_dim!r}")
-        local_dim = getattr(backbone, "out_channels", None)
+        local_dim = getattr(backbone if local_projection is None else local_projection, "out_channels", None)
         if not isinstance(local_dim, int):
-            raise ValueError("the backbone must expose its channel count as an integer attribute 'out_channels'")
+            raise ValueError("the backbone (or local projection) must expose its channel count as an integer attribute 'out_channels'")
         if not hasattr(pooling, "output_dim"):
             raise ValueError("the pooling module must implement output_dim(input_dim) -> int")
         self.backbone = backbone
+        if local_projection is not None:
+            self.local_projection = local_projection
         self.pooling = pooling
         self.local_dim = local_dim
         self.pooled_dim = int(pooling.output_dim(local_dim))
@@ -90,8 +98,10 @@ class Embedder(nn.Module):
         self.head = nn.Linear(self.pooled_dim, embedding_dim)
 
     def local_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Backbone feature map ``(B, C, h, w)``."""
-        return self.backbone(x)
+        """Backbone feature map ``(B, C, h, w)`` (after the local projection, when there is one)."""
+        local = self.backbone(x)
+        projection = getattr(self, "local_projection", None)
+        return local if projection is None else projection(local)
 
     def pooled_features(self, x: torch.Tensor) -> torch.Tensor:
         """Pooled feature ``(B, C')`` (before the head)."""
@@ -121,3 +131,10 @@ class Embedder(nn.Module):
 
     def extra_repr(self) -> str:
         return f"local_dim={self.local_dim}, pooled_dim={self.pooled_dim}, normalize={self.normalize!r}"
+
+
+def local_projection_conv(in_channels: int, out_channels: int) -> nn.Conv2d:
+    """The per-pixel linear embedding of local features (thesis Sec. 5.2.4): a 1x1 convolution."""
+    if isinstance(out_channels, bool) or not isinstance(out_channels, int) or out_channels < 1:
+        raise ValueError(f"model.local_dim must be a positive integer or null, got {out_channels!r}")
+    return nn.Conv2d(in_channels, out_channels, kernel_size=1)
