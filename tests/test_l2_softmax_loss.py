@@ -20,9 +20,9 @@ def test_value_equals_cross_entropy_on_scaled_normalised_features():
         by_hand = sum(
             -math.log(float(torch.softmax(5.0 * x[i] / x[i].norm() @ loss.W + loss.bias, 0)[y[i]])) for i in range(10)
         ) / 10
-    assert float(loss(x, y)) == pytest.approx(by_hand, rel=1e-10)
+    assert loss(x, y).item() == pytest.approx(by_hand, rel=1e-10)
     # scale invariance of the input: only the direction of a feature matters
-    assert float(loss(3.7 * x, y)) == pytest.approx(by_hand, rel=1e-10)
+    assert loss(3.7 * x, y).item() == pytest.approx(by_hand, rel=1e-10)
 
 
 def test_gradients_reach_features_weights_and_learned_alpha():
