@@ -92,3 +92,26 @@ def test_checkpoint_size_estimate_and_space_check(tmp_path, monkeypatch):
     folder.check_space(49 * 2**20)
     with pytest.raises(ValueError, match="need about 60 MiB"):
         folder.check_space(60 * 2**20)
+
+
+def test_a_second_trainer_on_the_same_run_folder_is_refused(tmp_path):
+    from dmlkit.engine.run_folder import RunFolder
+
+    holder = RunFolder(tmp_path / "run")
+    holder.path.mkdir()
+    holder.acquire()  # as if another process were training into it
+    try:
+        import subprocess
+        import sys
+
+        code = (
+            "from dmlkit.engine.run_folder import RunFolder\n"
+            f"RunFolder({str(tmp_path / 'run')!r}).acquire()\n"
+        )
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert result.returncode != 0 and "being written by another process" in result.stderr
+    finally:
+        holder.release()
+    other = RunFolder(tmp_path / "run")
+    other.acquire()  # free again once released
+    other.release()

@@ -34,6 +34,33 @@ class RunFolder:
             )
         self._check_writable()
 
+    def acquire(self) -> None:
+        """Hold an exclusive lock on the folder while this process trains into it.
+
+        A second trainer on the same folder (a resumed run while the first still
+        runs, an orphaned worker of a stopped ``dmlkit protocol``) gets a
+        ``ValueError`` instead of interleaving its checkpoints and log with the first.
+        The lock ends with the process or ``release()``.
+        """
+        import fcntl
+
+        handle = open(self.path / ".lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ValueError(
+                f"run folder '{self.path}' is being written by another process (it holds the lock "
+                f"'{self.path / '.lock'}'); wait for that run to end or stop it, then resume"
+            ) from None
+        self._lock = handle
+
+    def release(self) -> None:
+        handle = getattr(self, "_lock", None)
+        if handle is not None:
+            handle.close()  # closing the file drops the flock
+            self._lock = None
+
     def prepare_resume(self) -> None:
         if not self.last_checkpoint.is_file():
             raise ValueError(

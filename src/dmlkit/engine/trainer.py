@@ -162,8 +162,11 @@ class Trainer:
         self.fabric.launch()
         if self.resuming:
             self.folder.prepare_resume()
+            if self.fabric.is_global_zero:
+                self.folder.acquire()
         elif self.fabric.is_global_zero:  # only rank 0 writes the run folder
             self.folder.prepare_new()
+            self.folder.acquire()
             write_text_atomic(self.folder.config, dump_config(self.cfg))
         self.fabric.barrier()
         self.splits = build_splits(self.cfg)
@@ -223,18 +226,21 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict[str, Any]:
-        self._setup()
-        t = self.cfg.train
-        for cb in self.callbacks:
-            cb.on_train_start(self)
-        progress = TrainingProgress(total=t.max_steps, start=self.state.step, quiet=self.quiet or not self.fabric.is_global_zero)
-        with progress, StopSignals() as self.signals:  # SIGTERM/SIGINT: save last.pt, then stop
-            while self.state.step < t.max_steps and not self.stopper.should_stop:
-                self._run_epoch(progress)
-        summary = self._finish()
-        for cb in self.callbacks:
-            cb.on_train_end(self, summary)
-        return summary
+        try:
+            self._setup()
+            t = self.cfg.train
+            for cb in self.callbacks:
+                cb.on_train_start(self)
+            progress = TrainingProgress(total=t.max_steps, start=self.state.step, quiet=self.quiet or not self.fabric.is_global_zero)
+            with progress, StopSignals() as self.signals:  # SIGTERM/SIGINT: save last.pt, then stop
+                while self.state.step < t.max_steps and not self.stopper.should_stop:
+                    self._run_epoch(progress)
+            summary = self._finish()
+            for cb in self.callbacks:
+                cb.on_train_end(self, summary)
+            return summary
+        finally:
+            self.folder.release()
 
     def _epoch_loader(self) -> DataLoader:
         s = self.state
