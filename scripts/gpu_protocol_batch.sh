@@ -1,0 +1,19 @@
+#!/bin/bash
+# Run a `dmlkit protocol` batch on a lent GPU machine whose Python lacks pytorch-metric-learning and faiss-cpu.
+# Prepare here (once):   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#                          --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#                          -d .whl pytorch-metric-learning==2.9.0 faiss-cpu==1.15.1
+# and carry `.whl` and `.cache/dmlkit/glyphs` (the rendered glyphs) with the command:
+#   TRAIN_SECONDS=400 JOBS=12 OUT_DIR=$OUT bash scripts/gpu_protocol_batch.sh CONFIG...
+# Runs train in JOBS parallel processes until TRAIN_SECONDS, then the finished runs are tabulated
+# (n seeds per row) into $OUT_DIR/results.md and results.json.
+set -u
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=$PWD/src:/tmp/site DMLKIT_CACHE=$PWD/.cache/dmlkit OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1
+SEEDS=${SEEDS:-"0 1 2"}
+timeout -k 5 "${TRAIN_SECONDS:-400}" setsid python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --jobs "${JOBS:-12}" \
+  --out /tmp/runs --columns all > "${OUT_DIR:-.}/train.log" 2>&1
+pkill -f "multiprocessing.spawn"; sleep 1
+python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --out /tmp/runs --columns all --reuse-only
+cp /tmp/runs/results.md /tmp/runs/results.json "${OUT_DIR:-.}/"
