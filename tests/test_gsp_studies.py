@@ -149,7 +149,7 @@ def test_proposition_4_2_1_error_bounded_by_covering_radius(seed, b, n, d, k):
     if delta <= 1.0:  # the statement of Proposition 4.2.1, err^2 <= delta, follows from err <= delta when delta <= 1
         assert float(err.max()) ** 2 <= delta + 1e-12
     diag = pcc_diagnostics(x, v)
-    assert diag["bound_holds"] == 1.0 and diag["max_error"] <= diag["max_mean_nn_distance"] + 1e-12 <= delta + 2e-12
+    assert (diag["bound_holds"] == 1.0 or delta > 1.0) and diag["max_error"] <= diag["max_mean_nn_distance"] + 1e-12 <= delta + 2e-12
 
 
 def test_pcc_study_writes_its_table(tmp_path):
