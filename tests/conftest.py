@@ -6,3 +6,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("DMLKIT_CACHE", str(ROOT / ".cache" / "dmlkit"))
 os.chdir(ROOT)
+
+# Property tests draw their examples from a fixed seed, so a run of the suite (local or CI) is repeatable;
+# set DMLKIT_HYPOTHESIS_RANDOM=1 to search new examples.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("dmlkit", derandomize=not os.environ.get("DMLKIT_HYPOTHESIS_RANDOM"))
+_hypothesis_settings.load_profile("dmlkit")
