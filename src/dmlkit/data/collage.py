@@ -33,15 +33,15 @@ the glyph statistics (area downsampling keeps the mean ink) and, with
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dmlkit.data.base import DMLDataset, _as_index_list
-from dmlkit.data.glyphs import GLYPHS_MEAN, GLYPHS_STD, REFERENCE_SIZE, load_glyph_table, prepare_glyphs, split_class_range
+from dmlkit.data.glyphs import (
+    GLYPHS_MEAN, GLYPHS_STD, REFERENCE_SIZE, StoredGlyphImages, load_glyph_table, prepare_glyphs, split_class_range,
+)
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.data.transforms import GlyphAugment, GlyphAugmentConfig
 
@@ -91,7 +91,7 @@ def collage_layout(
     return foreground, groups, group_of
 
 
-class GlyphCollageDataset(DMLDataset):
+class GlyphCollageDataset(StoredGlyphImages):
     """Split ``split`` of the glyph collages (see the module docstring).
 
     Args:
@@ -110,6 +110,7 @@ class GlyphCollageDataset(DMLDataset):
     """
 
     SPLITS = ("train", "test")
+    ITEM_NAME = "collages"
     in_channels = 1
     mean = GLYPHS_MEAN
     std = GLYPHS_STD
@@ -208,30 +209,3 @@ class GlyphCollageDataset(DMLDataset):
         quarter[2, h // 2 :, : w // 2] = True
         quarter[3, h // 2 :, w // 2 :] = True
         return quarter[self.foreground_cell]
-
-    def _finish(self, x: Tensor, idx: Tensor) -> Tensor:
-        if self.augment:
-            params = self.augmenter.params_for_seeds((self.seed, self.epoch, int(i)) for i in idx)
-            x = self.augmenter.apply(x, params)
-        if self.normalize:
-            x = (x - self.mean) / self.std
-        return x
-
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        index = int(index)
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} collages")
-        idx = torch.tensor([index])
-        return self._finish(self.images[idx].float().div(255.0).unsqueeze(1), idx)[0], int(self.labels[index])
-
-    def get_batch(self, indices: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
-        """Vectorised ``self[i]`` for all ``indices``."""
-        idx = torch.as_tensor(_as_index_list(indices), dtype=torch.long)
-        if idx.numel() == 0:
-            raise ValueError("get_batch needs at least one index")
-        idx = torch.where(idx < 0, idx + len(self), idx)
-        if int(idx.min()) < 0 or int(idx.max()) >= len(self):
-            raise IndexError(f"indices out of range for {len(self)} collages")
-        return self._finish(self.images[idx].float().div(255.0).unsqueeze(1), idx), self.labels[idx]

@@ -371,7 +371,49 @@ def split_class_range(num_classes: int, split: str) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------- dataset
-class GlyphsDataset(DMLDataset):
+class StoredGlyphImages(DMLDataset):
+    """Items of a dataset held as a ``uint8`` tensor ``images (N, H, W)`` with ``labels``: seeded glyph
+    augmentation of item ``i`` from ``(seed, epoch, i)`` (``augmenter``), then optional normalisation
+    with ``mean`` / ``std``. Shared by ``GlyphsDataset`` and ``GlyphCollageDataset``; ``ITEM_NAME`` names
+    the items in index errors.
+    """
+
+    ITEM_NAME = "images"
+
+    def _raw(self, idx: Tensor) -> Tensor:
+        return self.images[idx].float().div_(255.0).unsqueeze(1)  # (B, 1, H, W)
+
+    def _finish(self, x: Tensor, idx: Tensor) -> Tensor:
+        if self.augment:
+            params = self.augmenter.params_for_seeds((self.seed, self.epoch, int(i)) for i in idx)
+            x = self.augmenter.apply(x, params)
+        if self.normalize:
+            x = (x - self.mean) / self.std
+        return x
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        index = int(index)
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"index {index} out of range for {n} {self.ITEM_NAME}")
+        idx = torch.tensor([index])
+        return self._finish(self._raw(idx), idx)[0], int(self.labels[index])
+
+    def get_batch(self, indices: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
+        """Vectorised ``self[i]`` for all ``indices`` (same values, one augmentation call)."""
+        idx = torch.as_tensor(_as_index_list(indices), dtype=torch.long)
+        if idx.numel() == 0:
+            raise ValueError("get_batch needs at least one index")
+        idx = torch.where(idx < 0, idx + len(self), idx)
+        if int(idx.min()) < 0 or int(idx.max()) >= len(self):
+            raise IndexError(f"indices out of range for {len(self)} {self.ITEM_NAME}")
+        return self._finish(self._raw(idx), idx), self.labels[idx]
+
+
+
+class GlyphsDataset(StoredGlyphImages):
     """Split ``split`` of the glyphs dataset (see the module docstring).
 
     Args:
@@ -387,6 +429,8 @@ class GlyphsDataset(DMLDataset):
     Extra attributes: ``codepoints (C,)``, ``class_chars``, ``image_fonts (N,)``
     indexing ``font_names``, ``images (N, H, W)`` uint8.
     """
+
+    ITEM_NAME = "glyph images"
 
     SPLITS = ("train", "test")
     in_channels = 1
@@ -436,37 +480,6 @@ class GlyphsDataset(DMLDataset):
     @classmethod
     def prepare(cls, root: str | Path | None = None, image_size: int = REFERENCE_SIZE, force: bool = False) -> Path:
         return prepare_glyphs(root, image_size, force)
-
-    def _raw(self, idx: Tensor) -> Tensor:
-        return self.images[idx].float().div_(255.0).unsqueeze(1)  # (B, 1, H, W)
-
-    def _finish(self, x: Tensor, idx: Tensor) -> Tensor:
-        if self.augment:
-            params = self.augmenter.params_for_seeds((self.seed, self.epoch, int(i)) for i in idx)
-            x = self.augmenter.apply(x, params)
-        if self.normalize:
-            x = (x - self.mean) / self.std
-        return x
-
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        index = int(index)
-        n = len(self)
-        if index < 0:
-            index += n
-        if not 0 <= index < n:
-            raise IndexError(f"index {index} out of range for {n} glyph images")
-        idx = torch.tensor([index])
-        return self._finish(self._raw(idx), idx)[0], int(self.labels[index])
-
-    def get_batch(self, indices: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
-        """Vectorised ``self[i]`` for all ``indices`` (same values, one augmentation call)."""
-        idx = torch.as_tensor(_as_index_list(indices), dtype=torch.long)
-        if idx.numel() == 0:
-            raise ValueError("get_batch needs at least one index")
-        idx = torch.where(idx < 0, idx + len(self), idx)
-        if int(idx.min()) < 0 or int(idx.max()) >= len(self):
-            raise IndexError(f"indices out of range for {len(self)} glyph images")
-        return self._finish(self._raw(idx), idx), self.labels[idx]
 
 
 __all__ = [
