@@ -10,12 +10,11 @@ import torch
 from torch import nn
 
 from dmlkit.config import ExperimentConfig, load_config
-from dmlkit.data import create_dataset
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.eval_model import evaluation_model
 from dmlkit.engine.run_folder import RunFolder, write_json_atomic
-from dmlkit.engine.trainer import build_model, build_splits
+from dmlkit.engine.trainer import build_model, build_splits, run_split
 from dmlkit.evaluation import clustering_metrics, retrieval_metrics
 
 
@@ -59,13 +58,6 @@ def load_run_model(run_or_checkpoint: str | Path) -> LoadedRun:
     if "objective" in state:
         objective.load_state_dict(state["objective"])
     return LoadedRun(cfg, model, objective, folder, checkpoint)
-
-
-def run_split(cfg: ExperimentConfig, split: str) -> Any:
-    """Split ``split`` of the run's dataset, un-augmented."""
-    d = cfg.data
-    common = dict(root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes, **d.params)
-    return create_dataset(d.name, split, **common)
 
 
 def embed_run(run_or_checkpoint: str | Path, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:

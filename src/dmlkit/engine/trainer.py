@@ -82,13 +82,16 @@ def build_splits(cfg: ExperimentConfig) -> Splits:
     return Splits(train=sets["train"], val=sets["val"], test=sets["test"], reference=reference)
 
 
+def run_split(cfg: ExperimentConfig, split: str) -> Any:
+    """Split ``split`` of the run's dataset, un-augmented."""
+    d = cfg.data
+    common = dict(root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes, **d.params)
+    return create_dataset(d.name, split, **common)
+
+
 def reference_dataset(cfg: ExperimentConfig) -> Any:
     """The un-augmented ``eval.reference_split`` of the run's dataset (query -> gallery), or None."""
-    if cfg.eval.reference_split is None:
-        return None
-    d = cfg.data
-    common = dict(root=d.root, seed=cfg.seed, image_size=d.image_size, max_classes=d.max_classes, **d.params)
-    return create_dataset(d.name, cfg.eval.reference_split, augment=False, **common)
+    return None if cfg.eval.reference_split is None else run_split(cfg, cfg.eval.reference_split)
 
 
 def build_model(cfg: ExperimentConfig, in_channels: int, train_labels: torch.Tensor, num_classes: int) -> tuple[nn.Module, Objective]:
