@@ -65,6 +65,22 @@ def _parser() -> argparse.ArgumentParser:
     protocol.add_argument("--jobs", type=int, default=1, help="train the missing runs in this many processes (default: 1)")
     protocol.add_argument("--reuse-only", action="store_true", help="train nothing; tabulate the finished runs")
 
+    sweep = sub.add_parser(
+        "sweep", help="train configs over a grid of overrides and seeds; write a table and a line / heat-map figure"
+    )
+    sweep.add_argument("name", choices=["conventional", "holdout"], help="single-model protocol of every run")
+    sweep.add_argument("configs", nargs="+", help="experiment YAML files, each swept over the grid")
+    sweep.add_argument("--grid", action="append", required=True, metavar="KEY.PATH=V1,V2,...",
+                       help="a swept key and its values, e.g. --grid ccp.pool_size=4,6,8 (repeatable: the product)")
+    sweep.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0)")
+    sweep.add_argument("--out", required=True, help="folder for the runs, results.md, results.json and sweep.png")
+    sweep.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                       help="override applied to every run (repeatable)")
+    sweep.add_argument("--columns", default="thesis", help="column set: thesis (P@1, MAP@R), sft (R@K, NMI, F1), all")
+    sweep.add_argument("--metric", default="mean_average_precision_at_r", help="metric of the figure (default: MAP@R)")
+    sweep.add_argument("--jobs", type=int, default=1, help="train the missing runs in this many processes (default: 1)")
+    sweep.add_argument("--reuse-only", action="store_true", help="train nothing; tabulate the finished runs")
+
     data = sub.add_parser("data", help="list or prepare datasets")
     data_sub = data.add_subparsers(dest="data_command", required=True)
     data_sub.add_parser("list", help="list the registered datasets")
@@ -253,6 +269,16 @@ def _cmd_protocol(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from dmlkit.protocols.sweep import parse_grid, run_sweep
+
+    table = run_sweep(args.name, args.configs, parse_grid(args.grid), args.out, seeds=args.seeds,
+                      overrides=args.overrides, columns=args.columns, metric=args.metric, jobs=args.jobs,
+                      reuse=args.reuse_only)
+    print(table)
+    return 0
+
+
 def _cmd_data(args: argparse.Namespace) -> int:
     from dmlkit.data import list_datasets, prepare_dataset
 
@@ -298,6 +324,7 @@ COMMANDS = {"train": _cmd_train, "evaluate": _cmd_evaluate, "data": _cmd_data, "
             "report": _cmd_report, "gallery": _cmd_gallery}
 COMMANDS.update(embed=_cmd_embed, index=_cmd_index, search=_cmd_search, export=_cmd_export, serve=_cmd_serve)
 COMMANDS["study"] = _cmd_study
+COMMANDS["sweep"] = _cmd_sweep
 
 
 def main(argv: list[str] | None = None) -> int:

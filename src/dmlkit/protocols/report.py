@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from dmlkit.config import load_config
 from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.fair import run_fair
-from dmlkit.protocols.runs import Obtain, Planner, reuse_only, train_in_parallel, train_or_reuse
+from dmlkit.protocols.runs import Obtain, gather_runs
 from dmlkit.protocols.table import check_columns, markdown_table, summarise
 
 PROTOCOLS = (*PROTOCOL_OVERRIDES, "fair")
@@ -63,13 +63,8 @@ def run_protocol(
     check_columns(columns)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    if jobs != 1 and not reuse:
-        planner = Planner()
-        _collect(protocol, configs, out, seeds, overrides, folds, planner)
-        errors = train_in_parallel(planner.runs, jobs)
-    obtain: Obtain = reuse_only if reuse or errors else partial(train_or_reuse, quiet=quiet)
-    rows, raw = _collect(protocol, configs, out, seeds, overrides, folds, obtain)
+    collect = partial(_collect, protocol, configs, out, seeds, overrides, folds)
+    (rows, raw), errors = gather_runs(collect, jobs=jobs, reuse=reuse, quiet=quiet)
     title = f"{protocol} protocol, seeds {', '.join(map(str, seeds))} (mean ± std over the n seeds done, metrics in %)\n\n"
     table = title + markdown_table(rows, columns, extra=TIME_COLUMN)
     (out / "results.md").write_text(table)

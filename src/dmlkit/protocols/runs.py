@@ -13,13 +13,15 @@ import multiprocessing
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable, Optional
+from functools import partial
+from typing import Any, Callable, Optional, TypeVar
 
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.engine.run_folder import RunFolder
 
 Summary = Optional[dict[str, Any]]
 Obtain = Callable[[ExperimentConfig, Path], Summary]
+T = TypeVar("T")
 
 
 def _check_same_config(cfg: ExperimentConfig, folder: RunFolder) -> None:
@@ -95,3 +97,20 @@ def train_in_parallel(runs: list[tuple[str, Path]], jobs: int) -> list[str]:
             if report:
                 errors.append(f"{futures[future]}:\n{report}")
     return errors
+
+
+def gather_runs(collect: Callable[[Obtain], T], jobs: int = 1, reuse: bool = False, quiet: bool = True) -> tuple[T, list[str]]:
+    """``collect(obtain)`` with the runs it needs trained first: the shared flow of protocol tables and sweeps.
+
+    ``jobs > 1`` plans the missing runs (``collect`` with a ``Planner``) and trains
+    them in that many processes; ``reuse=True`` trains nothing. Returns what
+    ``collect`` returns and the error reports of the runs that failed (the
+    others are then reported from what finished).
+    """
+    errors: list[str] = []
+    if jobs != 1 and not reuse:
+        planner = Planner()
+        collect(planner)
+        errors = train_in_parallel(planner.runs, jobs)
+    obtain: Obtain = reuse_only if reuse or errors else partial(train_or_reuse, quiet=quiet)
+    return collect(obtain), errors
