@@ -108,11 +108,16 @@ def test_collage_bad_input():
 def test_collage_study_tiny_budget(tmp_path):
     from dmlkit.studies.collage import run_study
 
-    results = run_study(tmp_path, ["gsp+zs"], max_steps=2, val_every=2, per_class=4, samples=3)
-    assert [r["variant"] for r in results] == ["gsp+zs"]
-    assert 0.0 <= results[0]["foreground_weight_share"] <= 1.0
+    results = run_study(tmp_path, ["gsp+zs"], max_steps=2, val_every=2, per_class=4, samples=3, seeds=[0, 1])
+    assert [(r["variant"], r["seed"]) for r in results] == [("gsp+zs", 0), ("gsp+zs", 1)]
+    assert all(0.0 <= r["foreground_weight_share"] <= 1.0 for r in results)
     assert (tmp_path / "heatmaps.png").stat().st_size > 1000
-    assert "| gsp+zs |" in (tmp_path / "table.md").read_text()
+    assert "| gsp+zs | 2 |" in (tmp_path / "table.md").read_text()
+    summary = tmp_path / "runs" / "gsp_zs-seed1" / "summary.json"
+    stamp = summary.stat().st_mtime_ns
+    again = run_study(tmp_path, ["gsp+zs"], max_steps=2, val_every=2, per_class=4, samples=3, seeds=[0, 1])
+    assert summary.stat().st_mtime_ns == stamp  # finished runs are reused, not trained again
+    assert again == results
 
 
 # ------------------------------------------------------------------ Chapter 4: PCC

@@ -15,11 +15,12 @@ multi-similarity loss (the thesis does not name the loss), 32 px collages of
 16 px glyph cells (an 8 x 8 feature map, 4 x 4 locations per cell), 50
 iterations of Proposition 5.2.1 and a small step budget (``--max-steps``).
 
-Written to ``--out``: ``table.md`` (test MAP@R, P@1, and the share of the
-pooling weight that falls on the foreground quarter: 0.25 for GAP),
-``results.json``, ``heatmaps.png`` (test collages with the per-location GSP
-weights ``sum_i pi_ij / mu`` = ``(1/n - rho_j)/mu`` of Eq. 5.2.1 overlaid) and one
-run folder per variant under ``runs/``.
+Written to ``--out``: ``table.md`` (mean ± std over ``--seeds`` of test MAP@R, P@1,
+and the share of the pooling weight that falls on the foreground quarter: 0.25
+for GAP), ``results.json`` (one entry per run), ``heatmaps.png`` (test collages
+with the per-location GSP weights ``sum_i pi_ij / mu`` = ``(1/n - rho_j)/mu`` of
+Eq. 5.2.1 overlaid, first seed) and one run folder per variant and seed under
+``runs/`` (finished runs are reused; ``--jobs N`` trains N at a time).
 
 Run: ``dmlkit study collage --out DIR`` or ``python -m dmlkit.studies.collage --out DIR``.
 """
@@ -127,61 +128,112 @@ def _heatmaps(images: torch.Tensor, maps: dict[str, torch.Tensor], hw: tuple[int
     plt.close(fig)
 
 
-def run_study(
-    out_dir: str | Path, variants: Sequence[str] = DEFAULT_VARIANTS, max_steps: int = 400, val_every: int = 50,
-    seed: int = 0, quiet: bool = True, samples: int = 8, per_class: int = 40,
-) -> list[dict[str, Any]]:
-    """Train each variant into ``out_dir/runs/<variant>``; write ``table.md``, ``results.json``, ``heatmaps.png``."""
-    from dmlkit.data import create_dataset
-    from dmlkit.engine.trainer import Trainer
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    results, maps = [], {}
-    images = hw = None
+def _study_runs(out: Path, variants: Sequence[str], seeds: Sequence[int], max_steps: int, val_every: int,
+                per_class: int) -> list[tuple[str, int, Any, Path]]:
+    """``(variant, seed, config, run folder)`` of every run of the study."""
+    runs = []
     for variant in variants:
-        cfg = load_config(None, variant_overrides(variant, max_steps, val_every, seed, per_class))
-        run_dir = out / "runs" / variant.replace("+", "_")
-        trainer = Trainer(cfg, run_dir, quiet=quiet)
-        summary = trainer.fit()
-        test = create_dataset("glyph_collage", "test", root=cfg.data.root, image_size=cfg.data.image_size, **cfg.data.params)
-        x, _ = test.get_batch(range(len(test)))
-        device = trainer.fabric.device
-        weights = torch.cat([pooling_weights(trainer.model, x[i : i + 256].to(device))[0].cpu() for i in range(0, len(x), 256)])
-        hw = pooling_weights(trainer.model, x[:1].to(device))[1]
-        share = foreground_share(weights, hw, test.foreground_mask(*hw))
-        picks = torch.linspace(0, len(test) - 1, samples).long()
-        images = test.images[picks].float().div(255.0).unsqueeze(1)
-        if hasattr(getattr(_unwrap(trainer.model), "pooling", None), "forward_with_plan"):
-            maps[variant] = weights[picks]
-        results.append({
-            "variant": variant,
-            "test_map_at_r": summary["test"]["mean_average_precision_at_r"],
-            "test_precision_at_1": summary["test"]["precision_at_1"],
-            "best_val": summary["best_val"]["value"],
-            "best_step": summary["best_step"],
-            "steps": summary["steps"],
-            "train_seconds": summary["train_seconds"],
-            "foreground_weight_share": share,
-        })
+        for seed in seeds:
+            cfg = load_config(None, variant_overrides(variant, max_steps, val_every, seed, per_class))
+            runs.append((variant, seed, cfg, out / "runs" / f"{variant.replace('+', '_')}-seed{seed}"))
+    return runs
+
+
+def _train_missing(runs: Sequence[tuple[str, int, Any, Path]], jobs: int, quiet: bool) -> None:
+    """Train (or resume) the runs without a ``summary.json``; ``jobs > 1`` trains them in parallel processes."""
+    from dmlkit.config import dump_config
+    from dmlkit.protocols.runs import train_in_parallel, train_or_reuse
+
+    missing = [(cfg, run_dir) for _, _, cfg, run_dir in runs if not (run_dir / "summary.json").is_file()]
+    if jobs > 1:
+        errors = train_in_parallel([(dump_config(cfg), run_dir) for cfg, run_dir in missing], jobs)
+        if errors:
+            raise RuntimeError(f"{len(errors)} collage run(s) failed:\n" + "\n".join(errors))
+    else:
+        for cfg, run_dir in missing:
+            train_or_reuse(cfg, run_dir, quiet=quiet)
+
+
+def _measure_run(variant: str, seed: int, run_dir: Path, test: Any, samples: int) -> tuple[dict[str, Any], torch.Tensor, tuple[int, int]]:
+    """A finished run's test metrics and foreground weight share (best checkpoint), and its sample heat-maps."""
+    from dmlkit.engine.evaluate import load_run_model
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    model = load_run_model(run_dir).model.eval()
+    x, _ = test.get_batch(range(len(test)))
+    weights = torch.cat([pooling_weights(model, x[i : i + 256])[0] for i in range(0, len(x), 256)])
+    hw = pooling_weights(model, x[:1])[1]
+    picks = torch.linspace(0, len(test) - 1, samples).long()
+    result = {
+        "variant": variant,
+        "seed": seed,
+        "test_map_at_r": summary["test"]["mean_average_precision_at_r"],
+        "test_precision_at_1": summary["test"]["precision_at_1"],
+        "best_val": summary["best_val"]["value"],
+        "best_step": summary["best_step"],
+        "steps": summary["steps"],
+        "train_seconds": summary["train_seconds"],
+        "foreground_weight_share": foreground_share(weights, hw, test.foreground_mask(*hw)),
+    }
+    return result, weights[picks], hw
+
+
+_TABLE_COLUMNS = [("test_map_at_r", 100.0, 2), ("test_precision_at_1", 100.0, 2), ("best_val", 100.0, 2), ("steps", 1.0, 0),
+                  ("foreground_weight_share", 1.0, 3), ("train_seconds", 1.0, 0)]
+
+
+def _mean_std_cell(rows: Sequence[dict[str, Any]], key: str, scale: float, digits: int) -> str:
+    from dmlkit.protocols.table import mean_std
+
+    mean, std = mean_std([r[key] * scale for r in rows])
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _table(results: Sequence[dict[str, Any]], variants: Sequence[str], seeds: Sequence[int], max_steps: int) -> str:
     lines = [
         "# Collage study (thesis Sec. 5.3.2) on glyph_collage",
         "",
-        f"ResNet-20 from scratch, <= {max_steps} steps, seed {seed}; foreground weight share = mean pooling "
-        "weight on the foreground quarter (GAP: 0.25).",
+        f"ResNet-20 from scratch, <= {max_steps} steps, seeds {', '.join(map(str, seeds))} (mean ± sample std); "
+        "foreground weight share = mean pooling weight on the foreground quarter (GAP: 0.25).",
         "",
-        "| variant | test MAP@R | test P@1 | best val MAP@R | best step | steps | fg weight share | train s |",
+        "| variant | n | test MAP@R | test P@1 | best val MAP@R | steps | fg weight share | train s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
-        lines.append(
-            f"| {r['variant']} | {100 * r['test_map_at_r']:.2f} | {100 * r['test_precision_at_1']:.2f} | "
-            f"{100 * r['best_val']:.2f} | {r['best_step']} | {r['steps']} | {r['foreground_weight_share']:.3f} | "
-            f"{r['train_seconds']:.0f} |"
-        )
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+    for variant in variants:
+        rows = [r for r in results if r["variant"] == variant]
+        cells = [_mean_std_cell(rows, key, scale, digits) for key, scale, digits in _TABLE_COLUMNS]
+        lines.append(f"| {variant} | {len(rows)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_study(
+    out_dir: str | Path, variants: Sequence[str] = DEFAULT_VARIANTS, max_steps: int = 400, val_every: int = 50,
+    seed: int = 0, quiet: bool = True, samples: int = 8, per_class: int = 40, seeds: Sequence[int] | None = None,
+    jobs: int = 1,
+) -> list[dict[str, Any]]:
+    """Train each variant and seed into ``out_dir/runs/<variant>-seed<s>`` (finished runs are reused);
+    write ``table.md`` (mean ± std over seeds), ``results.json`` (per run) and ``heatmaps.png`` (first seed)."""
+    from dmlkit.data import create_dataset
+
+    seeds = list(seeds) if seeds is not None else [seed]
+    if not seeds:
+        raise ValueError("the collage study needs at least one seed")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = _study_runs(out, variants, seeds, max_steps, val_every, per_class)
+    _train_missing(runs, jobs, quiet)
+    cfg = runs[0][2]
+    test = create_dataset("glyph_collage", "test", root=cfg.data.root, image_size=cfg.data.image_size, **cfg.data.params)
+    images = test.images[torch.linspace(0, len(test) - 1, samples).long()].float().div(255.0).unsqueeze(1)
+    results, maps, hw = [], {}, None
+    for variant, run_seed, run_cfg, run_dir in runs:
+        result, sample_weights, hw = _measure_run(variant, run_seed, run_dir, test, samples)
+        results.append(result)
+        if run_seed == seeds[0] and run_cfg.model.pooling == "gsp":
+            maps[variant] = sample_weights
+    (out / "table.md").write_text(_table(results, variants, seeds, max_steps))
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    if maps and images is not None and hw is not None:
+    if maps and hw is not None:
         _heatmaps(images, maps, hw, out / "heatmaps.png")
     return results
 
@@ -192,10 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS), help="e.g. gap gsp gsp+zs gmp gem")
     parser.add_argument("--max-steps", type=int, default=400)
     parser.add_argument("--val-every", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0); the table is mean ± std")
+    parser.add_argument("--jobs", type=int, default=1, help="train the missing runs in this many processes")
     parser.add_argument("--per-class", type=int, default=40, help="collages per foreground class")
     args = parser.parse_args(argv)
-    run_study(args.out, args.variants, args.max_steps, args.val_every, args.seed, per_class=args.per_class)
+    run_study(args.out, args.variants, args.max_steps, args.val_every, per_class=args.per_class, seeds=args.seeds,
+              jobs=args.jobs)
     print((Path(args.out) / "table.md").read_text())
     return 0
 
