@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dmlkit.interrupts import RunsInterrupted
+
 BENCHMARKS = {
     "retrieval": "dmlkit.bench.retrieval",
     "fastap": "dmlkit.bench.fastap",
@@ -334,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dmlkit {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except RunsInterrupted as stop:  # SIGTERM / SIGINT during parallel runs: checkpoints written
+        print(f"dmlkit {args.command}: {stop}", file=sys.stderr)
+        return stop.exit_code
     except RuntimeError as err:
         from dmlkit.engine.trainer import NonFiniteLossError
 
