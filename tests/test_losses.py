@@ -13,6 +13,7 @@ from pytorch_metric_learning import miners as pml_miners
 from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.reducers import SumReducer
 from pytorch_metric_learning.regularizers import SparseCentersRegularizer
+from dmlkit.losses.soft_triple_regularizer import MergingCentersRegularizer
 
 from dmlkit.losses import (
     CrossBatchMemoryLoss,
@@ -144,7 +145,7 @@ def test_instances_carry_the_defaults():
     assert create_loss("proxy_nca", num_classes=3, embedding_size=5).softmax_scale == 10.0
     st = create_loss("soft_triple", num_classes=3, embedding_size=5)
     assert (st.la, st.gamma, st.margin, st.centers_per_class) == (20.0, 1 / 0.1, 0.01, 10)
-    assert isinstance(st.weight_regularizer, SparseCentersRegularizer) and st.weight_reg_weight == 0.2
+    assert isinstance(st.weight_regularizer, MergingCentersRegularizer) and st.weight_reg_weight == 0.2
     assert create_loss("soft_triple", num_classes=3, embedding_size=5, tau=0.0).weight_regularizer is None
     assert create_loss("ranked_list").alpha == pytest.approx(1.2)
     assert create_loss("arcface", num_classes=3, embedding_size=5).margin == pytest.approx(0.5, abs=1e-3)  # rad

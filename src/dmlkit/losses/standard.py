@@ -20,10 +20,10 @@ import warnings
 from typing import Any
 
 from pytorch_metric_learning import losses as pml_losses
-from pytorch_metric_learning.regularizers import SparseCentersRegularizer
 
 from dmlkit.losses.fast_ap_loss import FastAPLoss
 from dmlkit.losses.registry import register_loss
+from dmlkit.losses.soft_triple_regularizer import MergingCentersRegularizer
 
 # --------------------------------------------------------------------------- pair and tuple losses
 
@@ -225,15 +225,16 @@ def soft_triple(
     0.3588); In-shop (20, 0.1, 0.2, 0.01); SOP (100, 47.9, 0.2, 0.3145).
     ``centers_per_class = 10`` is K of the SoftTriple paper (and PML's default;
     the thesis' "SoftTriple-L" on CUB/Cars; "-S" is 1).  ``tau`` weighs the
-    paper's regulariser merging similar centres of a class (PML's
-    ``SparseCentersRegularizer``); it is off when ``tau = 0`` or with one centre.
+    paper's regulariser merging similar centres of a class (Eq. 13, our
+    ``MergingCentersRegularizer``: PML's ``SparseCentersRegularizer`` turns NaN
+    once two centres meet); it is off when ``tau = 0`` or with one centre.
     """
     if tau < 0:
         raise ValueError(f"soft_triple tau must be >= 0, got {tau}")
     if tau > 0 and centers_per_class > 1:
         if "weight_regularizer" in options:
             raise ValueError("soft_triple: pass tau=0 when giving your own weight_regularizer")
-        options["weight_regularizer"] = SparseCentersRegularizer(num_classes, centers_per_class)
+        options["weight_regularizer"] = MergingCentersRegularizer(num_classes, centers_per_class)
         options["weight_reg_weight"] = tau
     return pml_losses.SoftTripleLoss(
         num_classes, embedding_size, centers_per_class=centers_per_class, la=la, gamma=gamma, margin=margin, **options
