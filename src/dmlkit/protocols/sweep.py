@@ -72,7 +72,7 @@ def _valid_points(path: str | Path, overrides: Sequence[str], points: Sequence[P
         try:
             load_config(path, [*overrides, *point_overrides(base, point)])
         except ValueError as err:
-            invalid[point] = str(err).splitlines()[0]
+            invalid[point] = str(err).splitlines()[0].split(": ")[0]  # the rule broken, not the advice
     if len(invalid) == len(points):
         first = next(iter(invalid.values()))
         raise ValueError(f"every grid point is rejected by {path}; the first: {first}")

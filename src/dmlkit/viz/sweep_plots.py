@@ -54,9 +54,13 @@ def _heat_maps(cells: Cells, keys: Sequence[str], grid: dict[str, list[str]], me
         table = np.array([[100 * stats.get((r, c), (math.nan, math.nan))[0] for c in cols] for r in rows])
         cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
         image = ax.imshow(np.ma.masked_invalid(table), cmap=cmap, aspect="auto")
+        finite = table[np.isfinite(table)]
+        middle = (finite.min() + finite.max()) / 2 if finite.size else 0.0
         for i, j in itertools.product(range(len(rows)), range(len(cols))):
-            text = "–" if math.isnan(table[i, j]) else f"{table[i, j]:.1f}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if not math.isnan(table[i, j]) else "black")
+            value = table[i, j]
+            text = "–" if math.isnan(value) else f"{value:.1f}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8,
+                    color="white" if not math.isnan(value) and value < middle else "black")  # readable on viridis
         ax.set_xticks(range(len(cols)), cols)
         ax.set_yticks(range(len(rows)), rows)
         ax.set(xlabel=keys[1], ylabel=keys[0], title=config)
