@@ -10,8 +10,8 @@ from typing import Any, Sequence
 from dmlkit.config import load_config
 from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.fair import run_fair
-from dmlkit.protocols.runs import Obtain, gather_runs
-from dmlkit.protocols.table import check_columns, markdown_table, summarise
+from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
+from dmlkit.protocols.table import markdown_table, summarise
 
 PROTOCOLS = (*PROTOCOL_OVERRIDES, "fair")
 TIME_COLUMN = [("s/step", "seconds_per_step")]
@@ -56,11 +56,7 @@ def run_protocol(
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; valid: {', '.join(PROTOCOLS)}")
-    if not configs:
-        raise ValueError("run_protocol needs at least one config file")
-    if not seeds:
-        raise ValueError("run_protocol needs at least one seed")
-    check_columns(columns)
+    check_batch_arguments("run_protocol", configs, seeds, columns)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     collect = partial(_collect, protocol, configs, out, seeds, overrides, folds)

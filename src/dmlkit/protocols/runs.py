@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from functools import partial
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.engine.run_folder import RunFolder
@@ -200,3 +200,14 @@ def gather_runs(collect: Callable[[Obtain], T], jobs: int = 1, reuse: bool = Fal
         errors = train_in_parallel(planner.runs, jobs)
     obtain: Obtain = reuse_only if reuse or errors else partial(train_or_reuse, quiet=quiet)
     return collect(obtain), errors
+
+
+def check_batch_arguments(command: str, configs: Sequence[Any], seeds: Sequence[int], columns: str) -> None:
+    """The checks every table of runs makes first: at least one config and one seed, a known column set."""
+    from dmlkit.protocols.table import check_columns
+
+    if not configs:
+        raise ValueError(f"{command} needs at least one config file")
+    if not seeds:
+        raise ValueError(f"{command} needs at least one seed")
+    check_columns(columns)

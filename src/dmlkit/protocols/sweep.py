@@ -20,8 +20,9 @@ from typing import Any, Sequence
 
 from dmlkit.config import load_config
 from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
-from dmlkit.protocols.runs import Obtain, gather_runs
-from dmlkit.protocols.table import check_columns, markdown_table, summarise
+from dmlkit.protocols.report import TIME_COLUMN
+from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
+from dmlkit.protocols.table import markdown_table, summarise
 
 Point = tuple[tuple[str, str], ...]
 _SAFE = re.compile(r"[^A-Za-z0-9.+-]")
@@ -122,11 +123,7 @@ def run_sweep(
     """
     if protocol not in PROTOCOL_OVERRIDES:
         raise ValueError(f"sweeps run a single-model protocol; valid: {', '.join(PROTOCOL_OVERRIDES)} (got '{protocol}')")
-    if not configs:
-        raise ValueError("run_sweep needs at least one config file")
-    if not seeds:
-        raise ValueError("run_sweep needs at least one seed")
-    check_columns(columns)
+    check_batch_arguments("run_sweep", configs, seeds, columns)
     points = grid_points(grid)
     plans = [(path, *_valid_points(path, overrides, points)) for path in configs]
     out = Path(out_dir)
@@ -138,7 +135,7 @@ def run_sweep(
     rows = [(_row_label(e), e["summary"]) for e in results]
     title = (f"{protocol} protocol sweep over {', '.join(grid)}, seeds {', '.join(map(str, seeds))} "
              f"(mean ± std over the n seeds done, metrics in %)\n\n")
-    table = title + markdown_table(rows, columns, extra=[("s/step", "seconds_per_step")])
+    table = title + markdown_table(rows, columns, extra=TIME_COLUMN)
     (out / "results.md").write_text(table)
     record = {"protocol": protocol, "grid": grid, "seeds": list(seeds), "metric": metric,
               "results": [{k: v for k, v in e.items() if k != "summary"} for e in results]}
