@@ -21,7 +21,7 @@ import torch
 
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.eval_model import find_classifier
-from dmlkit.engine.evaluate import load_run_model, run_split
+from dmlkit.engine.evaluate import load_finished_run, run_split
 from dmlkit.engine.run_folder import write_json_atomic
 from dmlkit.engine.trainer import build_splits
 from dmlkit.evaluation.geometry import geometry_report
@@ -47,7 +47,7 @@ def classifier_bounds(run: Any, max_pairs_samples: int = 1000) -> dict[str, Any]
 
 def run_diagnostics(run_or_checkpoint: str | Path, split: str = "test", plots: bool = True) -> dict[str, Any]:
     """Compute, write and return the diagnostics of a run (see the module docstring)."""
-    run = load_run_model(run_or_checkpoint)
+    run = load_finished_run(run_or_checkpoint)
     embeddings, labels = embed_dataset(run.model, run_split(run.cfg, split), run.cfg.eval.batch_size)
     report: dict[str, Any] = {"split": split, "checkpoint": str(run.checkpoint)}
     report["geometry"] = geometry_report(embeddings, labels, seed=run.cfg.seed)

@@ -47,7 +47,7 @@ class LoadedRun:
         return evaluation_model(self.model, self.objective, self.cfg.eval.embedding, self.cfg.augment.normalize_input)
 
 
-def load_run_model(run_or_checkpoint: str | Path) -> LoadedRun:
+def load_finished_run(run_or_checkpoint: str | Path) -> LoadedRun:
     """The run's config, model and objective with the weights of ``run_or_checkpoint`` (best.pt of a run folder)."""
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
     cfg = load_config(folder.config)
@@ -62,13 +62,13 @@ def load_run_model(run_or_checkpoint: str | Path) -> LoadedRun:
 
 def embed_run(run_or_checkpoint: str | Path, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
     """``(embeddings, labels)`` of ``split`` under the run's model."""
-    run = load_run_model(run_or_checkpoint)
+    run = load_finished_run(run_or_checkpoint)
     return embed_dataset(run.eval_model, run_split(run.cfg, split), run.cfg.eval.batch_size)
 
 
 def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str, Any]:
     """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``."""
-    run = load_run_model(run_or_checkpoint)
+    run = load_finished_run(run_or_checkpoint)
     cfg, folder, checkpoint = run.cfg, run.folder, run.checkpoint
     embeddings, labels = embed_dataset(run.eval_model, run_split(cfg, split), cfg.eval.batch_size)
     refs: tuple = (None, None)

@@ -156,10 +156,10 @@ def _train_missing(runs: Sequence[tuple[str, int, Any, Path]], jobs: int, quiet:
 
 def _measure_run(variant: str, seed: int, run_dir: Path, test: Any, samples: int) -> tuple[dict[str, Any], torch.Tensor, tuple[int, int]]:
     """A finished run's test metrics and foreground weight share (best checkpoint), and its sample heat-maps."""
-    from dmlkit.engine.evaluate import load_run_model
+    from dmlkit.engine.evaluate import load_finished_run
 
     summary = json.loads((run_dir / "summary.json").read_text())
-    model = load_run_model(run_dir).model.eval()
+    model = load_finished_run(run_dir).model.eval()
     x, _ = test.get_batch(range(len(test)))
     weights = torch.cat([pooling_weights(model, x[i : i + 256])[0] for i in range(0, len(x), 256)])
     hw = pooling_weights(model, x[:1])[1]

@@ -63,9 +63,9 @@ def _model_and_images(run: str | None, classes: int, per_class: int, seed: int) 
     from dmlkit.data import create_dataset
 
     if run is not None:
-        from dmlkit.engine.evaluate import load_run_model, run_split
+        from dmlkit.engine.evaluate import load_finished_run, run_split
 
-        loaded = load_run_model(run)
+        loaded = load_finished_run(run)
         model, dataset, source = loaded.model, run_split(loaded.cfg, "test"), f"run {run}"
     else:
         from dmlkit.config import load_config
