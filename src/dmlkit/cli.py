@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     protocol.add_argument("--folds", type=int, default=4, help="folds of the fair protocol (default: 4)")
     protocol.add_argument("--jobs", type=int, default=1, help="train the missing runs in this many processes (default: 1)")
     protocol.add_argument("--reuse-only", action="store_true", help="train nothing; tabulate the finished runs")
+    protocol.add_argument("--baseline", dest="baselines", nargs="+", default=[], metavar="NAME",
+                          help="config name(s) of baselines: adds a table of per-seed paired differences, each run "
+                               "against the last baseline listed before it")
 
     sweep = sub.add_parser(
         "sweep", help="train configs over a grid of overrides and seeds; write a table and a line / heat-map figure"
@@ -266,7 +269,8 @@ def _cmd_protocol(args: argparse.Namespace) -> int:
     from dmlkit.protocols import run_protocol
 
     table = run_protocol(args.name, args.configs, args.out, seeds=args.seeds, overrides=args.overrides,
-                         columns=args.columns, folds=args.folds, jobs=args.jobs, reuse=args.reuse_only)
+                         columns=args.columns, folds=args.folds, jobs=args.jobs, reuse=args.reuse_only,
+                         baselines=args.baselines)
     print(table)
     return 0
 

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from dmlkit.config import load_config
 from dmlkit.protocols.runs import Obtain
+from dmlkit.protocols.table import SEED_KEY
 
 PROTOCOL_OVERRIDES = {"conventional": ["data.val_fraction=0", "data.folds=0"], "holdout": []}
 
@@ -33,5 +34,5 @@ def run_single_model(
         cfg = load_config(config_path, [*overrides, *PROTOCOL_OVERRIDES[protocol], f"seed={seed}"])
         summary = obtain(cfg, out_dir / f"{cfg.name}-seed{seed}")
         if summary is not None:
-            results.append(seed_metrics(summary))
+            results.append({SEED_KEY: seed, **seed_metrics(summary)})
     return results

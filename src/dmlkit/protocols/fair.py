@@ -20,7 +20,7 @@ from dmlkit.config import load_config
 from dmlkit.evaluation import clustering_metrics, retrieval_metrics
 from dmlkit.protocols.conventional import seed_metrics
 from dmlkit.protocols.runs import Obtain
-from dmlkit.protocols.table import summarise
+from dmlkit.protocols.table import SEED_KEY, summarise
 
 
 class _Concatenation:
@@ -74,6 +74,6 @@ def run_fair(
             if cfg.eval.reference_split is not None:  # query -> gallery datasets (In-shop)
                 references.add(*embed_run(run_dir, cfg.eval.reference_split))
             per_model.append(seed_metrics(summary))
-        separated.append({k: v[0] for k, v in summarise(per_model).items()})
-        concatenated.append(_metrics(queries, references, cfg.eval.ks, cfg.eval.clustering, seed))
+        separated.append({SEED_KEY: seed, **{k: v[0] for k, v in summarise(per_model).items()}})
+        concatenated.append({SEED_KEY: seed, **_metrics(queries, references, cfg.eval.ks, cfg.eval.clustering, seed)})
     return {"separated": separated, "concatenated": concatenated}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
+SEED_KEY = "seed"  # per-seed metric dicts name their seed; not a metric
+
 COLUMN_SETS: dict[str, list[tuple[str, str]]] = {
     "thesis": [("P@1", "precision_at_1"), ("MAP@R", "mean_average_precision_at_r")],
     "sft": [("R@1", "recall_at_1"), ("R@2", "recall_at_2"), ("R@4", "recall_at_4"), ("NMI", "NMI"), ("F1", "F1")],
@@ -42,7 +44,7 @@ def summarise(per_seed: Sequence[dict[str, float]]) -> dict[str, tuple[float, fl
     """``{metric: (mean, std)}`` over the seeds' metric dicts (metrics present in every seed)."""
     if not per_seed:
         return {}
-    keys = [k for k in per_seed[0] if all(k in m for m in per_seed)]
+    keys = [k for k in per_seed[0] if k != SEED_KEY and all(k in m for m in per_seed)]
     return {k: mean_std([m[k] for m in per_seed]) for k in keys}
 
 

@@ -1,0 +1,93 @@
+"""Paired differences between a method and its baseline over the same seeds.
+
+Seed-to-seed spread on small benchmarks is often larger than the effect of a method
+(the SFT rows on glyphs: MAP@R std 1-4 points for +1-2 point effects), so a table of
+means alone cannot say whether a method helps. Runs that share a seed share the data
+split, the initial weights and the sampler order, so the difference of a method and
+its baseline *on the same seed* removes most of that spread:
+
+    d_s = m(method, seed s) - m(baseline, seed s),   reported as mean_s d_s ± std_s d_s  (k/n)
+
+where ``k/n`` counts the seeds with ``d_s > 0`` among the ``n`` seeds both runs finished.
+
+Baselines are chosen by position: each run is compared with the last baseline listed
+before it (``triplet triplet_sft npair npair_sft`` with baselines ``triplet npair``
+pairs ``triplet_sft`` with ``triplet`` and ``npair_sft`` with ``npair``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from dmlkit.protocols.table import SEED_KEY, check_columns, mean_std
+
+
+def assign_baselines(names: Sequence[str], baselines: Sequence[str]) -> dict[str, str]:
+    """``{run: baseline}``: each run after a baseline is paired with the last baseline listed before it."""
+    unknown = [b for b in baselines if b not in names]
+    if unknown:
+        raise ValueError(
+            f"baseline(s) {', '.join(unknown)} are not among the runs of this table; give a config name "
+            f"(valid: {', '.join(names)})"
+        )
+    if names and baselines and names[0] not in baselines:
+        first = next(n for n in names if n in baselines)
+        raise ValueError(
+            f"'{names[0]}' is listed before any baseline; list each baseline's config first, before the runs "
+            f"compared with it (first baseline: '{first}')"
+        )
+    pairs: dict[str, str] = {}
+    current: str | None = None
+    for name in names:
+        if name in baselines:
+            current = name
+        elif current is not None:
+            pairs[name] = current
+    return pairs
+
+
+def _by_seed(per_seed: Sequence[dict[str, float]]) -> dict[int, dict[str, float]]:
+    out: dict[int, dict[str, float]] = {}
+    for entry in per_seed:
+        if SEED_KEY not in entry:
+            raise ValueError("per-seed metrics carry no 'seed'; paired differences need the seed of every run")
+        out[int(entry[SEED_KEY])] = entry
+    return out
+
+
+def paired_difference(
+    method: Sequence[dict[str, float]], baseline: Sequence[dict[str, float]], keys: Sequence[str]
+) -> dict[str, Any]:
+    """``{"n": seeds paired, "seeds": [...], "diff": {key: (mean, std)}, "wins": {key: k}}`` of method - baseline.
+
+    Only seeds that both lists hold are paired; ``std`` is the sample std of the
+    per-seed differences (0 for one seed), ``wins`` the number of seeds with a positive difference.
+    """
+    m, b = _by_seed(method), _by_seed(baseline)
+    seeds = sorted(set(m) & set(b))
+    diff: dict[str, tuple[float, float]] = {}
+    wins: dict[str, int] = {}
+    for key in keys:
+        deltas = [m[s][key] - b[s][key] for s in seeds if key in m[s] and key in b[s]]
+        diff[key] = mean_std(deltas)
+        wins[key] = sum(d > 0 for d in deltas)
+    return {"n": len(seeds), "seeds": seeds, "diff": diff, "wins": wins}
+
+
+def _diff_cell(stat: tuple[float, float], wins: int, n: int) -> str:
+    if n == 0 or math.isnan(stat[0]):
+        return "n/a"
+    return f"{stat[0] * 100:+.2f} ± {stat[1] * 100:.2f} ({wins}/{n})"
+
+
+def paired_table(rows: Sequence[tuple[str, str, dict[str, Any]]], columns: str) -> str:
+    """Markdown table of ``(run, baseline, paired_difference(...))`` rows, in points (percent)."""
+    cols = check_columns(columns)
+    headers = ["run", "baseline", "n"] + [h for h, _ in cols]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for run, base, result in rows:
+        cells = [run, base, str(result["n"])]
+        cells += [_diff_cell(result["diff"][key], result["wins"][key], result["n"]) for _, key in cols]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
