@@ -68,7 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     protocol.add_argument("--reuse-only", action="store_true", help="train nothing; tabulate the finished runs")
     protocol.add_argument("--baseline", dest="baselines", nargs="+", default=[], metavar="NAME",
                           help="config name(s) of baselines: adds a table of per-seed paired differences, each run "
-                               "against the last baseline listed before it")
+                               "against the baseline whose name is the longest prefix of its own")
 
     sweep = sub.add_parser(
         "sweep", help="train configs over a grid of overrides and seeds; write a table and a line / heat-map figure"

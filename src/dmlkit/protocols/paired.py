@@ -10,9 +10,10 @@ its baseline *on the same seed* removes most of that spread:
 
 where ``k/n`` counts the seeds with ``d_s > 0`` among the ``n`` seeds both runs finished.
 
-Baselines are chosen by position: each run is compared with the last baseline listed
-before it (``triplet triplet_sft npair npair_sft`` with baselines ``triplet npair``
-pairs ``triplet_sft`` with ``triplet`` and ``npair_sft`` with ``npair``).
+Baselines are chosen by name, so the order of the configs (a shell glob's, which depends
+on the locale) does not matter: each run is paired with the baseline whose name is the
+longest prefix of its own (``triplet_sft`` with ``triplet``, ``npair_sft_d`` with ``npair``);
+with a single baseline, every other run is paired with it.
 """
 
 from __future__ import annotations
@@ -24,26 +25,27 @@ from dmlkit.protocols.table import SEED_KEY, check_columns, mean_std
 
 
 def assign_baselines(names: Sequence[str], baselines: Sequence[str]) -> dict[str, str]:
-    """``{run: baseline}``: each run after a baseline is paired with the last baseline listed before it."""
+    """``{run: baseline}``: the baseline whose name is the longest prefix of the run's (the only one, if one)."""
     unknown = [b for b in baselines if b not in names]
     if unknown:
         raise ValueError(
             f"baseline(s) {', '.join(unknown)} are not among the runs of this table; give a config name "
             f"(valid: {', '.join(names)})"
         )
-    if names and baselines and names[0] not in baselines:
-        first = next(n for n in names if n in baselines)
-        raise ValueError(
-            f"'{names[0]}' is listed before any baseline; list each baseline's config first, before the runs "
-            f"compared with it (first baseline: '{first}')"
-        )
     pairs: dict[str, str] = {}
-    current: str | None = None
-    for name in names:
+    for name in names if baselines else ():
         if name in baselines:
-            current = name
-        elif current is not None:
-            pairs[name] = current
+            continue
+        prefixed = [b for b in baselines if name.startswith(b)]
+        if prefixed:
+            pairs[name] = max(prefixed, key=len)
+        elif len(baselines) == 1:
+            pairs[name] = baselines[0]
+        else:
+            raise ValueError(
+                f"no baseline name is a prefix of '{name}' (baselines: {', '.join(baselines)}); name each run "
+                f"<baseline>..., or give one baseline to compare every run with"
+            )
     return pairs
 
 

@@ -73,7 +73,7 @@ def run_protocol(
     trains the missing runs in that many processes first; ``reuse=True`` trains
     nothing and reports the finished runs only (``n=`` in each row says how many seeds).
     ``baselines`` (config names) adds a table of paired differences: each run against the
-    last baseline listed before it, seed by seed (:mod:`dmlkit.protocols.paired`).
+    baseline its name extends (the longest prefix), seed by seed (:mod:`dmlkit.protocols.paired`).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; valid: {', '.join(PROTOCOLS)}")
