@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from dmlkit.protocols.table import SEED_KEY, check_columns, mean_std
+from dmlkit.protocols.table import SEED_KEY, check_columns, markdown_grid, mean_std
 
 
 def assign_baselines(names: Sequence[str], baselines: Sequence[str]) -> dict[str, str]:
@@ -33,7 +33,9 @@ def assign_baselines(names: Sequence[str], baselines: Sequence[str]) -> dict[str
             f"(valid: {', '.join(names)})"
         )
     pairs: dict[str, str] = {}
-    for name in names if baselines else ():
+    if not baselines:
+        return pairs
+    for name in names:
         if name in baselines:
             continue
         prefixed = [b for b in baselines if name.startswith(b)]
@@ -87,9 +89,8 @@ def paired_table(rows: Sequence[tuple[str, str, dict[str, Any]]], columns: str) 
     """Markdown table of ``(run, baseline, paired_difference(...))`` rows, in points (percent)."""
     cols = check_columns(columns)
     headers = ["run", "baseline", "n"] + [h for h, _ in cols]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    for run, base, result in rows:
-        cells = [run, base, str(result["n"])]
-        cells += [_diff_cell(result["diff"][key], result["wins"][key], result["n"]) for _, key in cols]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    cells = [
+        [run, base, str(result["n"])] + [_diff_cell(result["diff"][key], result["wins"][key], result["n"]) for _, key in cols]
+        for run, base, result in rows
+    ]
+    return markdown_grid(headers, cells)

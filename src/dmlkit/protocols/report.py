@@ -40,8 +40,8 @@ def _paired(raw: dict[str, Any], pairs: dict[str, str], protocol: str, columns: 
     """The paired-difference table (markdown) and its JSON form for ``{run: baseline}``."""
     keys = [key for _, key in check_columns(columns)]
     rows, out = [], {}
+    parts = ("separated", "concatenated") if protocol == "fair" else (None,)
     for run, base in pairs.items():
-        parts = ("separated", "concatenated") if protocol == "fair" else (None,)
         for part in parts:
             method, reference = (raw[run], raw[base]) if part is None else (raw[run][part], raw[base][part])
             result = paired_difference(method, reference, keys)

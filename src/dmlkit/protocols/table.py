@@ -63,8 +63,15 @@ def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]], columns: str, ext
     """
     cols = check_columns(columns)
     headers = ["run"] + [h for h, _ in cols] + [h for h, _ in extra]
+    cells = [
+        [label] + [_cell(stats.get(key), True) for _, key in cols] + [_cell(stats.get(key), False) for _, key in extra]
+        for label, stats in rows
+    ]
+    return markdown_grid(headers, cells)
+
+
+def markdown_grid(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table of already formatted cells."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    for label, stats in rows:
-        cells = [label] + [_cell(stats.get(key), True) for _, key in cols] + [_cell(stats.get(key), False) for _, key in extra]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     return "\n".join(lines) + "\n"
