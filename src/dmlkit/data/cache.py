@@ -11,11 +11,12 @@ processes preparing the same data at once both end with a complete one.
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from dmlkit.io import atomic_write
 
 
 def cache_root() -> Path:
@@ -30,19 +31,8 @@ def dataset_dir(name: str, root: str | os.PathLike[str] | None = None) -> Path:
 
 
 def save_npz_atomic(path: Path, arrays: dict[str, Any], compress: bool = True) -> None:
-    """Write ``arrays`` as an ``.npz`` at ``path`` atomically (temporary file + ``os.replace``)."""
+    """Write ``arrays`` as an ``.npz`` at ``path`` atomically (see ``dmlkit.io.atomic_write``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "xb") as f:  # a fresh name in the same folder (same file system), umask applies
-            (np.savez_compressed if compress else np.savez)(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_write(path) as f:
+        (np.savez_compressed if compress else np.savez)(f, **arrays)

@@ -19,10 +19,11 @@ import hashlib
 import os
 import tarfile
 import urllib.request
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
+
+from dmlkit.io import atomic_write
 
 __all__ = ["RemoteFile", "md5_of", "ensure_file", "fetch_url", "extract_tar"]
 
@@ -34,6 +35,10 @@ class RemoteFile:
     name: str
     urls: tuple[str, ...]
     md5: tuple[str, ...]
+
+
+class _WrongDigest(Exception):
+    """A fetched file whose MD5 is not one of the accepted digests (the next URL is tried)."""
 
 
 def md5_of(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
@@ -86,20 +91,15 @@ def ensure_file(
     fetch = fetch or fetch_url
     errors: list[str] = []
     for url in spec.urls:
-        tmp = folder / f".{spec.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.part"
         try:
-            fetch(url, tmp)
-            digest = md5_of(tmp)
-            if digest not in spec.md5:
-                errors.append(f"{url}: MD5 {digest}, expected {' or '.join(spec.md5)}")
-                continue
-            os.replace(tmp, path)
+            with atomic_write(path) as out:  # fetch writes the temporary file by name; a raise discards it
+                fetch(url, Path(out.name))
+                digest = md5_of(out.name)
+                if digest not in spec.md5:
+                    raise _WrongDigest(f"MD5 {digest}, expected {' or '.join(spec.md5)}")
             return path
-        except OSError as err:  # URLError is an OSError
+        except (OSError, _WrongDigest) as err:  # URLError is an OSError
             errors.append(f"{url}: {err}")
-        finally:
-            if tmp.exists():
-                tmp.unlink()
     raise ValueError(
         f"{dataset}: could not download '{spec.name}' into '{folder}' ({'; '.join(errors)}); "
         f"download it by hand from one of {', '.join(spec.urls)} and place it there"
@@ -121,14 +121,12 @@ def extract_tar(archive: Path, folder: Path, members: Sequence[str]) -> None:
                 continue
             target = folder / member.name
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.part"
             source = tar.extractfile(member)
             if source is None:
                 continue
-            with source, open(tmp, "wb") as out:
+            with source, atomic_write(target) as out:
                 while block := source.read(1 << 20):
                     out.write(block)
-            os.replace(tmp, target)
             found.add(member.name)
     missing = sorted(wanted - found)
     if missing:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from dmlkit.io import atomic_write
 
 FORMAT_VERSION = 1
 
@@ -20,17 +20,8 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically: a crash leaves either the old file or the new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save({"format_version": FORMAT_VERSION, **state}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path) as fh:
+        torch.save({"format_version": FORMAT_VERSION, **state}, fh)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from dmlkit.io import atomic_write
 
 
 class MetricsLog:
@@ -36,7 +37,5 @@ class MetricsLog:
         kept = [r for r in self.read() if r.get("step", 0) <= step]
         if not self.write:
             return
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        with open(tmp, "w") as fh:
+        with atomic_write(self.path, "w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in kept)
-        os.replace(tmp, self.path)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+
+# Re-exported for the engine files that still import them from here; new code imports dmlkit.io.
+from dmlkit.io import write_json_atomic, write_text_atomic  # noqa: F401
 
 MIN_FREE_BYTES = 200 * 2**20
 
@@ -94,13 +94,3 @@ class RunFolder:
                 f"{needed_bytes / 2**20:.0f} MiB (best.pt, last.pt and a temporary copy); free some space or "
                 "choose another output_dir"
             )
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def write_json_atomic(path: Path, values: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(values, indent=2) + "\n")

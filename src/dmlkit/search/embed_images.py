@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dmlkit.engine.run_folder import write_json_atomic
+from dmlkit.io import atomic_write, write_json_atomic
 from dmlkit.search.image_list import ImageList, list_images
 from dmlkit.search.preprocess import ImagePreprocess
 from dmlkit.search.run_model import RunModel, load_run_model
@@ -81,12 +80,8 @@ def _fingerprint(images: ImageList, run: RunModel, chunk_size: int) -> str:
 
 
 def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_write(path) as fh:
         np.save(fh, array)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _open_parts(parts: Path, fingerprint: str, total_chunks: int) -> None:

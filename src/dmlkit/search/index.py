@@ -27,7 +27,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from dmlkit.engine.run_folder import write_json_atomic
+from dmlkit.io import atomic_write, write_json_atomic
 
 __all__ = ["IndexConfig", "MODES", "SearchIndex", "recall_at_k"]
 
@@ -197,9 +197,8 @@ class SearchIndex:
         """Write ``index.faiss`` and ``meta.json`` into ``folder`` (created if needed)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / ".index.faiss.tmp"
-        faiss.write_index(self._index, str(tmp))
-        tmp.replace(folder / "index.faiss")
+        with atomic_write(folder / "index.faiss") as fh:
+            faiss.write_index(self._index, faiss.PyCallbackIOWriter(fh.write))
         write_json_atomic(folder / "meta.json", {"format": FORMAT, "dim": self.dim, "count": self.ntotal,
                                                  "config": asdict(self.config), **self.meta})
         return folder
