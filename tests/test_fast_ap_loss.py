@@ -172,7 +172,7 @@ def test_ref_emb_not_supported_and_module_auto_imported() -> None:
 
 
 def test_benchmark_smoke(capsys: pytest.CaptureFixture[str]) -> None:
-    from dmlkit.bench import fastap
+    from benchmarks import fastap
 
     assert fastap.main(["--sizes", "16", "24", "--dim", "8", "--repeats", "1", "--no-memory"]) == 0
     out = capsys.readouterr().out

@@ -234,7 +234,7 @@ def test_embedder_with_gsp_trains_prototypes():
 
 
 def test_benchmark_smoke(capsys):
-    from dmlkit.bench.gsp import main
+    from benchmarks.gsp import main
 
     assert main(["--iters", "3", "--batch", "2", "--n", "4", "--m", "3", "--d", "5", "--repeats", "1",
                  "--no-memory", "--no-model", "--threads", "0"]) == 0

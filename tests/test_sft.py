@@ -243,7 +243,7 @@ def test_nearly_antiparallel_float32_stays_orthogonal(delta: float) -> None:
 
 
 def test_benchmark_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
-    from dmlkit.bench.sft import main, run
+    from benchmarks.sft import main, run
 
     r = run(batch=4, dim=8, repeats=1, warmup=0)
     assert r["max_abs_diff"] < 1e-5 and r["forward"]["ratio"] > 0
@@ -252,7 +252,7 @@ def test_benchmark_runs_small(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_step_cost_benchmark_runs_every_variant():
-    from dmlkit.bench.sft_step import VARIANTS, format_step_table, step_costs
+    from benchmarks.sft_step import VARIANTS, format_step_table, step_costs
 
     r = step_costs(batch_classes=4, per_class=2, dim=8, repeats=1)
     assert set(r["variants"]) == set(VARIANTS) and r["variants"]["baseline"]["ratio"] == 1.0

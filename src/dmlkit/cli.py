@@ -14,15 +14,10 @@ from typing import Any
 
 from dmlkit.interrupts import RunsInterrupted
 
+# Benchmarks: name -> module of the top-level ``benchmarks/`` folder of a source checkout (``dmlkit bench NAME ARGS``).
 BENCHMARKS = {
-    "retrieval": "dmlkit.bench.retrieval",
-    "fastap": "dmlkit.bench.fastap",
-    "sft": "dmlkit.bench.sft",
-    "ccp": "dmlkit.bench.ccp",
-    "gsp": "dmlkit.bench.gsp",
-    "data": "dmlkit.bench.data",
-    "search": "dmlkit.bench.search",
-    "ddp": "dmlkit.bench.ddp",
+    name: f"benchmarks.{name}"
+    for name in ("retrieval", "retrieval_large", "fastap", "sft", "ccp", "gsp", "data", "search", "ddp")
 }
 
 # Controlled studies: name -> module with main(argv) -> int (``dmlkit study NAME ARGS``).
@@ -316,6 +311,16 @@ def _cmd_gallery(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
+    import dmlkit
+
+    root = Path(dmlkit.__file__).resolve().parents[2]  # src/dmlkit/__init__.py -> the checkout of an editable install
+    if not (root / "benchmarks" / "__init__.py").is_file() or not (root / "src" / "dmlkit").is_dir():
+        print("dmlkit bench: benchmarks run from a source checkout of dmlkit (its top-level benchmarks/ folder), "
+              "which this installation does not have; clone the repository, `pip install -e .` there and run "
+              f"`dmlkit bench {args.name}` (or `python -m benchmarks.{args.name}`) in it", file=sys.stderr)
+        return 2
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
     module = importlib.import_module(BENCHMARKS[args.name])
     return module.main(args.args) or 0
 

@@ -1,8 +1,10 @@
-"""Benchmark: retrieval metrics of a gallery on disk (``dmlkit bench retrieval --approx``), approximate vs exact.
+"""Benchmark: retrieval metrics of a gallery on disk, approximate vs exact (``dmlkit bench retrieval_large``).
+
+``dmlkit bench retrieval --approx ...`` runs it too.
 
 Data: ``n`` x ``dim`` float32 embeddings written block by block to a temporary
 ``.npy`` file (never whole in memory), the class-centre-plus-noise model of
-``dmlkit.bench.retrieval.make_data`` (labels uniform over ``n / per_class``
+``benchmarks.retrieval.make_data`` (labels uniform over ``n / per_class``
 classes, unit-norm points), drawn from ``numpy.random.default_rng(seed)``.
 
 Measured, in this process, on the memory-mapped file:
@@ -17,26 +19,25 @@ Measured, in this process, on the memory-mapped file:
   exact streamed search within ``--budget-mb``; the table then gives the time
   ratio exact / approx and the metric differences.
 
-Memory: "peak anon" is the largest anonymous resident memory (heap: index,
-blocks, tables) above the level before the call, sampled every 5 ms; pages of
-the memory-mapped file are file-backed (reclaimable page cache) and are not in
-it. "peak RSS" (``VmHWM`` after a reset, above the level before) includes them.
+Memory (:func:`benchmarks._harness.measure`): "peak anon" is the largest
+anonymous resident memory (heap: index, blocks, tables) above the level before
+the call, sampled every millisecond; pages of the memory-mapped file are
+file-backed (reclaimable page cache) and are not in it. "peak RSS" (``VmHWM``
+after a reset, above the level before) includes them.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dmlkit.bench.retrieval import _reset_peak, _rss_bytes, _status_kb, _trim
+from benchmarks import _harness as h
 
 __all__ = ["make_file", "run", "main"]
 
@@ -60,39 +61,10 @@ def make_file(path: Path, n: int, dim: int, per_class: float, seed: int, block: 
     return labels
 
 
-class _AnonPeak(threading.Thread):
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.peak = _status_kb("RssAnon")
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            self.peak = max(self.peak, _status_kb("RssAnon"))
-            time.sleep(0.005)
-
-    def stop(self) -> int:
-        self._done.set()
-        self.join()
-        return max(self.peak, _status_kb("RssAnon"))
-
-
 def _measure(fn: Any) -> dict[str, Any]:
-    _trim()
-    anon0, rss0 = _status_kb("RssAnon"), _rss_bytes()
-    exact_peak = _reset_peak()
-    sampler = _AnonPeak()
-    sampler.start()
-    t0 = time.perf_counter()
-    values = fn()
-    seconds = time.perf_counter() - t0
-    anon = sampler.stop()
-    return {
-        "seconds": seconds,
-        "peak_anon_bytes": max(0, anon - anon0),
-        "peak_rss_bytes": max(0, _status_kb("VmHWM") - rss0) if exact_peak else None,
-        "values": values,
-    }
+    m = h.measure(fn)
+    return {"seconds": m.seconds, "peak_anon_bytes": m.peak_anon_bytes, "peak_rss_bytes": m.peak_extra_bytes,
+            "memory_probe": m.probe, "values": m.value}
 
 
 def run(n: int, dim: int, per_class: float = 5, seed: int = 0, index: str = "ivf", budget_mb: float = 256,
@@ -114,32 +86,32 @@ def run(n: int, dim: int, per_class: float = 5, seed: int = 0, index: str = "ivf
 
 
 def format_table(r: dict[str, Any]) -> str:
-    mib = 2**20
     a = r["approx"]
     v = a["values"]
-    lines = [
-        f"gallery {r['n']:,} x {r['dim']} float32 on disk ({r['file_bytes'] / mib:.0f} MiB, written in {r['write_seconds']:.1f} s); "
-        f"{r['queries']:,} queries; exact-search budget {r['budget_mb']} MB",
-        f"{'mode':<14} {'time (s)':>9} {'peak anon (MiB)':>16} {'peak RSS (MiB)':>15} {'P@1':>7} {'R@8':>7} {'MAP@R':>7}",
-    ]
 
-    def row(name: str, m: dict[str, Any]) -> str:
+    def row(name: str, m: dict[str, Any]) -> list[str]:
         x = m["values"]
-        rss = f"{m['peak_rss_bytes'] / mib:.0f}" if m["peak_rss_bytes"] is not None else "n/a"
-        return (f"{name:<14} {m['seconds']:>9.1f} {m['peak_anon_bytes'] / mib:>16.0f} {rss:>15} "
-                f"{x['precision_at_1']:>7.4f} {x.get('recall_at_8', math.nan):>7.4f} {x['mean_average_precision_at_r']:>7.4f}")
+        return [name, f"{m['seconds']:.1f}", f"{m['peak_anon_bytes'] / h.MIB:.0f}", f"{m['peak_rss_bytes'] / h.MIB:.0f}",
+                f"{x['precision_at_1']:.4f}", f"{x.get('recall_at_8', math.nan):.4f}",
+                f"{x['mean_average_precision_at_r']:.4f}"]
 
-    lines.append(row(f"approx ({r['index']})", a))
+    rows = [row(f"approx ({r['index']})", a)] + ([row("exact (stream)", r["exact"])] if r["exact"] is not None else [])
+    lines = [
+        f"gallery {r['n']:,} x {r['dim']} float32 on disk ({r['file_bytes'] / h.MIB:.0f} MiB, written in "
+        f"{r['write_seconds']:.1f} s); {r['queries']:,} queries; exact-search budget {r['budget_mb']} MB",
+        h.table(["mode", "time (s)", "peak anon (MiB)", "peak RSS (MiB)", "P@1", "R@8", "MAP@R"], rows),
+    ]
     if r["exact"] is not None:
-        lines.append(row("exact (stream)", r["exact"]))
         lines.append(f"time ratio exact / approx: {r['exact']['seconds'] / a['seconds']:.2f}x")
-    lines.append(f"approx recall@1 vs exact on {int(v['approx_recall_sample']):,} sampled queries: {v['approx_recall_at_1']:.4f}")
+    lines.append(f"approx recall@1 vs exact on {int(v['approx_recall_sample']):,} sampled queries: "
+                 f"{v['approx_recall_at_1']:.4f}")
+    lines.append(f"memory: {a['memory_probe']}")
     return "\n".join(lines)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlkit bench retrieval --approx", description=__doc__.splitlines()[0])
-    p.add_argument("--approx", action="store_true", help="this benchmark (gallery on disk, approximate search)")
+    p = h.parser("retrieval_large", __doc__)
+    p.add_argument("--approx", action="store_true", help="accepted, for ``dmlkit bench retrieval --approx``")
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--per-class", type=float, default=5)
@@ -151,17 +123,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", type=int, default=10000, help="seeded query sample (0: all n)")
     p.add_argument("--recall-sample", type=int, default=1000)
     p.add_argument("--exact", action="store_true", help="also run the exact streamed search on the same queries")
-    p.add_argument("--json", action="store_true")
     return p
 
 
+def _run(a: argparse.Namespace) -> dict[str, Any]:
+    params = {k: v for k, v in (("nlist", a.nlist), ("nprobe", a.nprobe)) if v is not None}
+    return run(a.n, a.dim, a.per_class, a.seed, a.index, a.budget_mb, a.queries, a.recall_sample, a.exact, params)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    params = {k: v for k, v in (("nlist", args.nlist), ("nprobe", args.nprobe)) if v is not None}
-    r = run(args.n, args.dim, args.per_class, args.seed, args.index, args.budget_mb, args.queries,
-            args.recall_sample, args.exact, params)
-    print(json.dumps(r, indent=2) if args.json else format_table(r))
-    return 0
+    return h.main(_parser().parse_args(argv), _run, format_table)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from benchmarks import _harness as h
+
 __all__ = ["run", "main"]
 
 
@@ -123,36 +125,31 @@ def run(batch: int = 64, steps: int = 10, warmup: int = 2, threads: int = 1, wor
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'processes':>9} {'batch':>6} {'step (ms)':>10} {'steps/s':>8} {'samples/s':>10} {'speed-up':>9} "
-            f"{'gather (ms)':>12} {'all-reduce (ms)':>16} {'comm share':>11} {'exposed':>8}")
-    lines = [head]
-    for r in rows:
-        lines.append(
-            f"{r['processes']:>9} {r['global_batch']:>6} {1e3 * r['step_s']:>10.1f} {r['steps_per_s']:>8.2f} "
-            f"{r['samples_per_s']:>10.1f} {r['speedup']:>8.2f}x {r['gather_ms']:>12.2f} {r['allreduce_ms']:>16.2f} "
-            f"{100 * r['comm_share']:>10.1f}% {100 * r['exposed_comm_share']:>7.1f}%"
-        )
-    lines.append("comm share: (all-gather of embeddings + all-reduce of all gradients, each timed alone) / step time; "
-                 "exposed: 1 - (step without communication) / step")
-    return "\n".join(lines)
+    head = ["processes", "batch", "step (ms)", "steps/s", "samples/s", "speed-up", "gather (ms)", "all-reduce (ms)",
+            "comm share", "exposed"]
+    cells = [[str(r["processes"]), str(r["global_batch"]), f"{1e3 * r['step_s']:.1f}", f"{r['steps_per_s']:.2f}",
+              f"{r['samples_per_s']:.1f}", f"{r['speedup']:.2f}x", f"{r['gather_ms']:.2f}", f"{r['allreduce_ms']:.2f}",
+              f"{100 * r['comm_share']:.1f}%", f"{100 * r['exposed_comm_share']:.1f}%"] for r in rows]
+    return "\n".join([
+        h.table(head, cells),
+        "comm share: (all-gather of embeddings + all-reduce of all gradients, each timed alone) / step time; "
+        "exposed: 1 - (step without communication) / step",
+    ])
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlkit bench ddp", description=__doc__.splitlines()[0])
+    p = h.parser("ddp", __doc__)
     p.add_argument("--batch", type=int, default=64, help="global batch size (default 64)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per setting (default 10)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     p.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="process counts to run (default 1 2)")
-    p.add_argument("--json", action="store_true")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    rows = run(args.batch, args.steps, args.warmup, args.threads, tuple(args.processes))
-    print(json.dumps(rows, indent=2) if args.json else format_table(rows))
-    return 0
+    return h.main(_parser().parse_args(argv),
+                  lambda a: run(a.batch, a.steps, a.warmup, a.threads, tuple(a.processes)), format_table)
 
 
 if __name__ == "__main__":

@@ -6,16 +6,18 @@ miner. Each variant runs forward, loss, backward and an Adam step ``repeats`` ti
 round-robin with the others so that machine load hits all alike; the median is reported with its
 ratio to the plain step. Variants: ``baseline`` (loss only), ``translation`` (Eq. 2), ``sft``
 (Eq. 3-4 with Eq. 9 centres), ``sft_d`` (Sec. 3.4; the model without its L2 layer), each at lam 0.2.
+
+Part of ``dmlkit bench sft`` (its second table; ``--step-repeats 0`` skips it).
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Any
 
 import torch
 
+from benchmarks import _harness as h
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
 from dmlkit.losses import create_loss, create_miner
 from dmlkit.models import ModelConfig, build_embedder
@@ -40,7 +42,6 @@ def step_costs(batch_classes: int = 20, per_class: int = 3, dim: int = 128, repe
     images = torch.rand(batch_classes * per_class, 1, 32, 32, generator=g)
     labels = torch.arange(batch_classes).repeat_interleave(per_class)
     parts = {v: _setup(v, batch_classes, dim, seed) for v in VARIANTS}
-    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
 
     def step(variant: str) -> None:
         model, loss, miner, opt = parts[variant]
@@ -50,13 +51,7 @@ def step_costs(batch_classes: int = 20, per_class: int = 3, dim: int = 128, repe
         value.backward()
         opt.step()
 
-    for v in VARIANTS:  # warm-up
-        step(v)
-    for _ in range(repeats):
-        for v in VARIANTS:
-            t0 = time.perf_counter()
-            step(v)
-            times[v].append(time.perf_counter() - t0)
+    times = h.interleaved({v: (lambda v=v: step(v)) for v in VARIANTS}, repeats, warmup=1)
     base = statistics.median(times["baseline"])
     return {
         "batch": batch_classes * per_class, "dim": dim, "repeats": repeats, "threads": torch.get_num_threads(),
@@ -65,11 +60,9 @@ def step_costs(batch_classes: int = 20, per_class: int = 3, dim: int = 128, repe
 
 
 def format_step_table(r: dict[str, Any]) -> str:
-    lines = [
+    rows = [[v, f"{m['median_s'] * 1e3:.1f}", f"{m['ratio']:.2f}x"] for v, m in r["variants"].items()]
+    return "\n".join([
         f"training step, ResNet-20 1x32x32, batch {r['batch']}, {r['dim']}-d, MS loss + miner, Adam; "
         f"{r['threads']} threads, median of {r['repeats']} (interleaved)",
-        f"{'variant':14s}{'ms/step':>10s}{'vs baseline':>14s}",
-    ]
-    for v, m in r["variants"].items():
-        lines.append(f"{v:14s}{m['median_s'] * 1e3:10.1f}{m['ratio']:13.2f}x")
-    return "\n".join(lines)
+        h.table(["variant", "ms/step", "vs baseline"], rows),
+    ])

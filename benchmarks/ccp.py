@@ -23,13 +23,12 @@ k-centre part of Algorithm 2 (embedding the pool with the network is a forward p
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 from typing import Any, Callable
 
 import torch
 
+from benchmarks import _harness as h
 from dmlkit.losses import create_loss
 from dmlkit.models import ModelConfig, build_embedder
 from dmlkit.proxies import ProjectionRegularizer, ProxyBank, ProxyPairLoss, greedy_k_center
@@ -37,22 +36,8 @@ from dmlkit.proxies import ProjectionRegularizer, ProxyBank, ProxyPairLoss, gree
 __all__ = ["main", "run"]
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def _time(fn: Callable[[], Any], warmup: int, repeats: int, device: str = "cpu") -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def _sync(device: str) -> Callable[[], None] | None:
+    return torch.cuda.synchronize if device.startswith("cuda") else None
 
 
 def _step_fn(model: torch.nn.Module, loss_fn: Callable[[torch.Tensor], torch.Tensor], params: list, x: torch.Tensor):
@@ -81,14 +66,10 @@ def time_steps(
     reg = ProjectionRegularizer(model, lam)
     plain = _step_fn(model, lambda z: loss(z, y), list(model.parameters()), x)
     ccp = _step_fn(model, lambda z: proxy_loss(z, y) + reg(), [*model.parameters(), bank.proxies], x)
-    for _ in range(warmup):
-        plain(), ccp()
     # interleaved, so that drift of a shared machine hits both alike
-    pairs = [(_time(plain, 0, 1, device), _time(ccp, 0, 1, device)) for _ in range(repeats)]
-    t_plain = statistics.median(p for p, _ in pairs)
-    t_ccp = statistics.median(c for _, c in pairs)
-    ratio = statistics.median(c / p for p, c in pairs)
-    return {"plain_s": t_plain, "ccp_s": t_ccp, "overhead": ratio - 1}
+    times = h.interleaved({"plain": plain, "ccp": ccp}, repeats, warmup, sync=_sync(device))
+    ratio = statistics.median(c / p for p, c in zip(times["plain"], times["ccp"]))
+    return {"plain_s": statistics.median(times["plain"]), "ccp_s": statistics.median(times["ccp"]), "overhead": ratio - 1}
 
 
 def time_reinit(
@@ -98,14 +79,14 @@ def time_reinit(
     emb = torch.nn.functional.normalize(torch.randn(classes * pool, dim, generator=g), dim=1).to(device)
     labels = torch.arange(classes).repeat_interleave(pool).to(device)
     bank = ProxyBank(classes, proxies, dim, seed=seed).to(device)
-    batched = _time(lambda: bank.reinitialize(emb, labels), 1, repeats, device)
+    batched = h.median_time(lambda: bank.reinitialize(emb, labels), repeats, warmup=1, sync=_sync(device))
     current = bank.per_class()
 
     def loop() -> None:
         for c in range(classes):
             greedy_k_center(emb[c * pool : (c + 1) * pool], proxies, initial=current[c])
 
-    looped = _time(loop, 0, max(1, repeats // 3), device)
+    looped = h.median_time(loop, max(1, repeats // 3), sync=_sync(device))
     return {"batched_s": batched, "loop_s": looped, "speedup": looped / batched}
 
 
@@ -123,21 +104,24 @@ def run(batch: int = 32, classes: int = 100, proxies: int = 8, lam: float = 2e-4
 
 def format_table(r: dict[str, Any]) -> str:
     s, q = r["step"], r["reinit"]
+    grid = h.table(["", "ms", "ratio"], [
+        ["train step, plain loss", f"{s['plain_s'] * 1e3:.2f}", f"{1.0:.3f}"],
+        ["train step, CCP (proxies + proj.)", f"{s['ccp_s'] * 1e3:.2f}", f"{s['ccp_s'] / s['plain_s']:.3f}"],
+        ["  batched (ProxyBank.reinitialize)", f"{q['batched_s'] * 1e3:.2f}", f"{1.0:.3f}"],
+        ["  per-class loop (greedy_k_center)", f"{q['loop_s'] * 1e3:.2f}", f"{q['speedup']:.1f}"],
+    ]).splitlines()
     return "\n".join([
         f"CCP cost: ResNet-20, 1x32x32, batch {r['batch']}, contrastive C1, {r['classes']} classes x {r['proxies']} proxies, "
         f"{r['device']}, {r['threads']} threads, median of {r['repeats']}",
-        f"{'':34s}{'ms':>10s}{'ratio':>10s}",
-        f"{'train step, plain loss':34s}{s['plain_s'] * 1e3:10.2f}{1.0:10.3f}",
-        f"{'train step, CCP (proxies + proj.)':34s}{s['ccp_s'] * 1e3:10.2f}{s['ccp_s'] / s['plain_s']:10.3f}",
+        *grid[:3],
         f"step overhead of CCP (median of per-pair ratios): {s['overhead'] * 100:+.1f}% (thesis: about +8%)",
         f"proxy re-init (k-centre), {q['classes']} classes x pool {q['pool']} at d={q['dim']}, {r['proxies']} per class:",
-        f"{'  batched (ProxyBank.reinitialize)':34s}{q['batched_s'] * 1e3:10.2f}{1.0:10.3f}",
-        f"{'  per-class loop (greedy_k_center)':34s}{q['loop_s'] * 1e3:10.2f}{q['speedup']:10.1f}",
+        *grid[3:],
     ])
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlkit bench ccp", description=__doc__.splitlines()[0])
+    p = h.parser("ccp", __doc__)
     p.add_argument("--batch", type=int, default=32, help="batch size, 4 samples per class (default 32, thesis)")
     p.add_argument("--classes", type=int, default=100, help="training classes with proxies in the step (default 100)")
     p.add_argument("--proxies", type=int, default=8, help="proxies per class (default 8)")
@@ -147,16 +131,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda (default cpu)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = _parser().parse_args(argv)
-    r = run(batch=a.batch, classes=a.classes, proxies=a.proxies, reinit_classes=a.reinit_classes, pool=a.pool,
-            dim=a.dim, repeats=a.repeats, seed=a.seed, device=a.device)
-    print(json.dumps(r, indent=2) if a.json else format_table(r))
-    return 0
+    return h.main(_parser().parse_args(argv), lambda a: run(
+        batch=a.batch, classes=a.classes, proxies=a.proxies, reinit_classes=a.reinit_classes, pool=a.pool,
+        dim=a.dim, repeats=a.repeats, seed=a.seed, device=a.device), format_table)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ hoisted out of the loop (the cheapest unrolled form).  Median wall time over
 and the largest gradient difference (closed form vs literal unrolled).  Peak
 memory: each side and iteration count runs once more in a fresh subprocess that
 warms up, resets the kernel's peak-RSS counter and reads ``VmHWM`` after one
-forward + backward ("peak extra" = peak minus the RSS before the call; helpers
-of :mod:`dmlkit.bench.retrieval`).
+forward + backward ("peak extra" = peak minus the RSS before the call;
+:func:`benchmarks._harness.measure`).
 
 Part 2, the model: one training step (forward, multi-similarity loss, backward,
 Adam step) of the quickstart embedder (ResNet-20 on 32x32 one-channel glyph-sized
@@ -25,16 +25,12 @@ Run: ``dmlkit bench gsp`` (defaults: 1 torch thread, iters 10 25 50 100).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
-import time
 from typing import Any, Callable
 
 import torch
 
-from dmlkit.bench.retrieval import _Sampler, _reset_peak, _rss_bytes, _status_kb, _trim
+from benchmarks import _harness as h
 from dmlkit.pooling.gsp import generalized_sum_pool, generalized_sum_pool_unrolled
 
 __all__ = ["format_table", "main", "run", "run_layer", "run_model"]
@@ -71,30 +67,16 @@ def _layer_step(side: str, f: torch.Tensor, w: torch.Tensor, g_out: torch.Tensor
 def _layer_worker(side: str, b: int, n: int, m: int, d: int, iters: int, mu: float, eps: float,
                   seed: int) -> dict[str, Any]:
     f, w, g_out = make_inputs(b, n, m, d, seed)
-    _layer_step(side, f, w, g_out, iters, mu, eps)  # warm-up
-    _trim()
-    base = _rss_bytes()
-    exact = _reset_peak()
-    sampler = _Sampler()
-    sampler.start()
-    _layer_step(side, f, w, g_out, iters, mu, eps)
-    sampled = sampler.stop()
-    peak = max(_status_kb("VmHWM"), sampled) if exact else sampled
-    return {"peak_extra_bytes": max(0, peak - base),
-            "memory_probe": "VmHWM after clear_refs" if exact else "RSS sampled every 1 ms"}
+    res = h.measure(lambda: _layer_step(side, f, w, g_out, iters, mu, eps), warmup=1)
+    return {"peak_extra_bytes": res.peak_extra_bytes, "memory_probe": res.probe}
 
 
 def _subprocess(side: str, b: int, n: int, m: int, d: int, iters: int, mu: float, eps: float,
                 seed: int) -> dict[str, Any]:
-    cmd = [
-        sys.executable, "-m", "dmlkit.bench.gsp", "--worker", side,
-        "--batch", str(b), "--n", str(n), "--m", str(m), "--d", str(d), "--iters", str(iters),
-        "--mu", str(mu), "--eps", str(eps), "--seed", str(seed), "--threads", str(torch.get_num_threads()),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark worker {side!r} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return h.run_worker("benchmarks.gsp", side, [
+        "--batch", b, "--n", n, "--m", m, "--d", d, "--iters", iters,
+        "--mu", mu, "--eps", eps, "--seed", seed, "--threads", torch.get_num_threads(),
+    ])
 
 
 def run_layer(iters_list: tuple[int, ...] = (10, 25, 50, 100), b: int = 32, n: int = 49, m: int = 64,
@@ -107,12 +89,7 @@ def run_layer(iters_list: tuple[int, ...] = (10, 25, 50, 100), b: int = 32, n: i
         grads = {s: _layer_step(s, f, w, g_out, iters, mu, eps) for s in SIDES}  # warm-up + agreement
         diff = max(float((a - c).abs().max()) for a, c in zip(grads["closed"], grads["unrolled"]))
         scale = max(float(c.abs().max()) for c in grads["unrolled"])
-        times: dict[str, list[float]] = {s: [] for s in SIDES}
-        for _ in range(repeats):
-            for s in SIDES:
-                t0 = time.perf_counter()
-                _layer_step(s, f, w, g_out, iters, mu, eps)
-                times[s].append(time.perf_counter() - t0)
+        times = h.interleaved({s: (lambda s=s: _layer_step(s, f, w, g_out, iters, mu, eps)) for s in SIDES}, repeats)
         row: dict[str, Any] = {"iters": iters, "max_abs_grad_diff": diff, "max_abs_grad": scale}
         for s in SIDES:
             row[f"seconds_{s}"] = statistics.median(times[s])
@@ -149,13 +126,7 @@ def run_model(batch: int = 64, repeats: int = 5, iters: int = 100, seed: int = 0
             opt.step()
 
         steps[name] = step
-        step()  # warm-up
-    times: dict[str, list[float]] = {k: [] for k in steps}
-    for _ in range(repeats):
-        for k, step in steps.items():
-            t0 = time.perf_counter()
-            step()
-            times[k].append(time.perf_counter() - t0)
+    times = h.interleaved(steps, repeats, warmup=1)
     out = {f"seconds_{k}": statistics.median(v) for k, v in times.items()}
     out.update({f"min_seconds_{k}": min(v) for k, v in times.items()})
     out["ratio"] = out["seconds_gsp"] / out["seconds_gap"]
@@ -180,25 +151,21 @@ def run(iters_list: tuple[int, ...] = (10, 25, 50, 100), b: int = 32, n: int = 4
 
 def format_table(result: dict[str, Any]) -> str:
     """The benchmark result as a plain-text table."""
-    mb = 1024.0**2
 
-    def mem(r: dict[str, Any], s: str) -> float:
+    def mem(r: dict[str, Any], s: str) -> str:
         v = r.get(f"peak_extra_bytes_{s}")
-        return v / mb if v is not None else float("nan")
+        return f"{v / h.MIB:.1f}" if v is not None else "nan"
 
+    rows = [[str(r["iters"]), f"{r['seconds_closed'] * 1e3:.2f}", f"{r['seconds_unrolled'] * 1e3:.2f}",
+             f"{r['speedup_vs_unrolled']:.2f}x", f"{r['seconds_hoisted'] * 1e3:.2f}", f"{r['speedup_vs_hoisted']:.2f}x",
+             mem(r, "closed"), mem(r, "unrolled"), mem(r, "hoisted"), f"{r['max_abs_grad_diff']:.1e}"]
+            for r in result["layer"]]
     lines = [
         f"GSP layer forward+backward, B={result['B']} n={result['n']} m={result['m']} d={result['d']} "
         f"mu={result['mu']} eps={result['eps']}, median of {result['repeats']}, torch threads={result['threads']}",
-        f"{'iters':>5} {'closed ms':>10} {'unrolled ms':>12} {'speedup':>8} {'hoisted ms':>11} {'speedup':>8} "
-        f"{'closed MiB':>11} {'unrolled MiB':>13} {'hoisted MiB':>12} {'max|dgrad|':>11}",
+        h.table(["iters", "closed ms", "unrolled ms", "speedup", "hoisted ms", "speedup", "closed MiB",
+                 "unrolled MiB", "hoisted MiB", "max|dgrad|"], rows),
     ]
-    for r in result["layer"]:
-        lines.append(
-            f"{r['iters']:>5} {r['seconds_closed'] * 1e3:>10.2f} {r['seconds_unrolled'] * 1e3:>12.2f} "
-            f"{r['speedup_vs_unrolled']:>7.2f}x {r['seconds_hoisted'] * 1e3:>11.2f} {r['speedup_vs_hoisted']:>7.2f}x "
-            f"{mem(r, 'closed'):>11.1f} {mem(r, 'unrolled'):>13.1f} {mem(r, 'hoisted'):>12.1f} "
-            f"{r['max_abs_grad_diff']:>11.1e}"
-        )
     lines.append("unrolled = autograd through Prop. 5.2.1 as written (K^T 1 and K rho every step); "
                  "hoisted = autograd through the same iterates with the column sums computed once; "
                  "speedup = that side's time / closed-form time; max|dgrad| = closed vs unrolled "
@@ -218,7 +185,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlkit.bench.gsp", description=__doc__.split("\n", 1)[0])
+    p = h.parser("gsp", __doc__, workers=SIDES)
     p.add_argument("--iters", type=int, nargs="+", default=[10, 25, 50, 100], help="iterations of Prop. 5.2.1")
     p.add_argument("--batch", type=int, default=32, help="B")
     p.add_argument("--n", type=int, default=49, help="local features per sample")
@@ -232,26 +199,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the subprocess memory measurement")
     p.add_argument("--no-model", action="store_true", help="skip the GSP vs GAP training-step comparison")
-    p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
-    p.add_argument("--worker", choices=list(SIDES), help=argparse.SUPPRESS)
     return p
+
+
+def _run(a: argparse.Namespace) -> dict[str, Any]:
+    if a.repeats < 1 or min(a.iters) < 1 or min(a.batch, a.n, a.m, a.d) < 1:
+        raise SystemExit("--repeats, --iters, --batch, --n, --m and --d must all be >= 1")
+    return run(tuple(a.iters), a.batch, a.n, a.m, a.d, a.mu, a.eps, a.repeats, a.seed,
+               memory=not a.no_memory, model=not a.no_model)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    if args.worker:
-        res = _layer_worker(args.worker, args.batch, args.n, args.m, args.d, args.iters[0], args.mu, args.eps,
-                            args.seed)
-        print(json.dumps(res))
-        return 0
-    if args.repeats < 1 or min(args.iters) < 1 or min(args.batch, args.n, args.m, args.d) < 1:
-        raise SystemExit("--repeats, --iters, --batch, --n, --m and --d must all be >= 1")
-    result = run(tuple(args.iters), args.batch, args.n, args.m, args.d, args.mu, args.eps, args.repeats,
-                 args.seed, memory=not args.no_memory, model=not args.no_model)
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
-    return 0
+    return h.main(args, _run, format_table, worker=lambda a: _layer_worker(
+        a.worker, a.batch, a.n, a.m, a.d, a.iters[0], a.mu, a.eps, a.seed))
 
 
 if __name__ == "__main__":

@@ -7,27 +7,23 @@ wall time of each, their ratio (PML / dmlkit), and checks that loss values and
 gradients agree.  Peak memory: each side runs once more in a fresh subprocess,
 which warms up once, resets the kernel's peak-RSS counter
 (``/proc/self/clear_refs``), runs one forward + backward and reads ``VmHWM``;
-"peak extra" is that peak minus the RSS just before the call (helpers of
-:mod:`dmlkit.bench.retrieval`).
+"peak extra" is that peak minus the RSS just before the call
+(:func:`benchmarks._harness.measure`).
 
 Both sides use the same number of torch threads (``--threads``, default 1).
 
-Run: ``python -m dmlkit.bench.fastap --sizes 128 256 512 --dim 512 --bins 10 --repeats 5``.
+Run: ``python -m benchmarks.fastap --sizes 128 256 512 --dim 512 --bins 10 --repeats 5``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import sys
-import time
 from typing import Any
 
 import torch
 
-from dmlkit.bench.retrieval import _Sampler, _reset_peak, _rss_bytes, _status_kb, _trim
+from benchmarks import _harness as h
 
 __all__ = ["main", "make_batch", "run", "format_table"]
 
@@ -64,32 +60,13 @@ def _step(loss_fn: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[f
 def _worker(side: str, m: int, dim: int, bins: int, seed: int) -> dict[str, Any]:
     x, y = make_batch(m, dim, seed)
     loss_fn = _loss(side, bins)
-    _step(loss_fn, x, y)  # warm-up (allocator, lazy imports)
-    _trim()
-    base = _rss_bytes()
-    exact = _reset_peak()
-    sampler = _Sampler()
-    sampler.start()
-    value, _ = _step(loss_fn, x, y)
-    sampled = sampler.stop()
-    peak = max(_status_kb("VmHWM"), sampled) if exact else sampled
-    return {
-        "peak_extra_bytes": max(0, peak - base),
-        "memory_probe": "VmHWM after clear_refs" if exact else "RSS sampled every 1 ms",
-        "loss": value,
-    }
+    res = h.measure(lambda: _step(loss_fn, x, y)[0], warmup=1)  # warm-up: allocator, lazy imports
+    return {"peak_extra_bytes": res.peak_extra_bytes, "memory_probe": res.probe, "loss": res.value}
 
 
 def _subprocess(side: str, m: int, dim: int, bins: int, seed: int) -> dict[str, Any]:
-    cmd = [
-        sys.executable, "-m", "dmlkit.bench.fastap", "--worker", side,
-        "--sizes", str(m), "--dim", str(dim), "--bins", str(bins), "--seed", str(seed),
-        "--threads", str(torch.get_num_threads()),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark worker {side!r} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return h.run_worker("benchmarks.fastap", side, ["--sizes", m, "--dim", dim, "--bins", bins, "--seed", seed,
+                                                    "--threads", torch.get_num_threads()])
 
 
 def run(
@@ -110,12 +87,8 @@ def run(
         if abs(v_ours - v_pml) > 1e-5 * max(1.0, abs(v_pml)):
             raise RuntimeError(f"M={m}: loss values differ: dmlkit {v_ours} vs PML {v_pml}")
         grad_diff = float((g_ours - g_pml).abs().max())
-        times: dict[str, list[float]] = {"dmlkit": [], "pml": []}
-        for _ in range(repeats):
-            for side, fn in (("dmlkit", ours_fn), ("pml", pml_fn)):
-                t0 = time.perf_counter()
-                _step(fn, x, y)
-                times[side].append(time.perf_counter() - t0)
+        times = h.interleaved({side: (lambda fn=fn: _step(fn, x, y)) for side, fn in
+                               (("dmlkit", ours_fn), ("pml", pml_fn))}, repeats)
         row: dict[str, Any] = {
             "M": m,
             "loss_dmlkit": v_ours,
@@ -137,26 +110,19 @@ def run(
 
 def format_table(result: dict[str, Any]) -> str:
     """The benchmark result as a plain-text table."""
-    mb = 1024.0**2
-    head = (
+
+    def mib(r: dict[str, Any], side: str) -> str:
+        v = r.get(f"peak_extra_bytes_{side}")
+        return f"{v / h.MIB:.1f}" if v is not None else "nan"
+
+    rows = [[str(r["M"]), f"{r['seconds_dmlkit'] * 1e3:.2f}", f"{r['seconds_pml'] * 1e3:.2f}", f"{r['speedup']:.2f}x",
+             mib(r, "dmlkit"), mib(r, "pml"), f"{abs(r['loss_dmlkit'] - r['loss_pml']):.1e}",
+             f"{r['max_abs_grad_diff']:.1e}"] for r in result["rows"]]
+    lines = [
         f"FastAP forward+backward, dim={result['dim']}, bins={result['bins']}, "
-        f"median of {result['repeats']}, torch threads={result['threads']}\n"
-    )
-    cols = (
-        f"{'M':>6} {'dmlkit ms':>10} {'PML ms':>10} {'speedup':>8} {'dmlkit MiB':>11} {'PML MiB':>9} "
-        f"{'|dloss|':>9} {'max|dgrad|':>11}"
-    )
-    lines = [head + cols]
-    for r in result["rows"]:
-        mem_o = r.get("peak_extra_bytes_dmlkit")
-        mem_p = r.get("peak_extra_bytes_pml")
-        lines.append(
-            f"{r['M']:>6} {r['seconds_dmlkit'] * 1e3:>10.2f} {r['seconds_pml'] * 1e3:>10.2f} "
-            f"{r['speedup']:>7.2f}x "
-            f"{(mem_o / mb if mem_o is not None else float('nan')):>11.1f} "
-            f"{(mem_p / mb if mem_p is not None else float('nan')):>9.1f} "
-            f"{abs(r['loss_dmlkit'] - r['loss_pml']):>9.1e} {r['max_abs_grad_diff']:>11.1e}"
-        )
+        f"median of {result['repeats']}, torch threads={result['threads']}",
+        h.table(["M", "dmlkit ms", "PML ms", "speedup", "dmlkit MiB", "PML MiB", "|dloss|", "max|dgrad|"], rows),
+    ]
     probe = next((r["memory_probe"] for r in result["rows"] if "memory_probe" in r), None)
     if probe:
         lines.append(f"memory: peak extra RSS of one forward+backward in a fresh process ({probe})")
@@ -164,7 +130,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlkit.bench.fastap", description=__doc__.split("\n", 1)[0])
+    p = h.parser("fastap", __doc__, workers=("dmlkit", "pml"))
     p.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512], help="batch sizes M")
     p.add_argument("--dim", type=int, default=512, help="embedding dimension")
     p.add_argument("--bins", type=int, default=10, help="FastAP num_bins")
@@ -176,23 +142,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the subprocess memory measurement")
-    p.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
-    p.add_argument("--worker", choices=["dmlkit", "pml"], help=argparse.SUPPRESS)
     return p
+
+
+def _run(a: argparse.Namespace) -> dict[str, Any]:
+    if a.repeats < 1 or a.dim < 1 or any(m < 2 for m in a.sizes):
+        raise SystemExit("--repeats and --dim must be >= 1 and every size >= 2")
+    return run(tuple(a.sizes), a.dim, a.bins, a.repeats, a.seed, memory=not a.no_memory)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    if args.worker:
-        print(json.dumps(_worker(args.worker, args.sizes[0], args.dim, args.bins, args.seed)))
-        return 0
-    if args.repeats < 1 or args.dim < 1 or any(m < 2 for m in args.sizes):
-        raise SystemExit("--repeats and --dim must be >= 1 and every size >= 2")
-    result = run(tuple(args.sizes), args.dim, args.bins, args.repeats, args.seed, memory=not args.no_memory)
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
-    return 0
+    return h.main(args, _run, format_table,
+                  worker=lambda a: _worker(a.worker, a.sizes[0], a.dim, a.bins, a.seed))
 
 
 if __name__ == "__main__":

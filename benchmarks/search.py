@@ -23,7 +23,6 @@ Three parts, each with its reference measured in the same process and run:
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import statistics
 import tempfile
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from benchmarks import _harness as h
 
 __all__ = ["clustered_embeddings", "main", "run"]
 
@@ -103,7 +104,7 @@ def _quickstart_run(folder: Path, seed: int) -> Path:
     from dmlkit.engine.checkpoint import save_checkpoint
     from dmlkit.models import build_embedder
 
-    config_file = Path(__file__).resolve().parents[3] / "configs" / "quickstart.yaml"
+    config_file = h.ROOT / "configs" / "quickstart.yaml"
     cfg = load_config(config_file if config_file.is_file() else None)
     cfg.seed = seed
     torch.manual_seed(seed)
@@ -291,30 +292,28 @@ def format_table(result: dict[str, Any]) -> str:
     if "index" in result:
         lines += [f"search: {s['n']} x {s['dim']} clustered embeddings ({s['clusters']} clusters), {s['queries']} held-out "
                   f"queries, k=10, {s['threads']} thread(s)",
-                  f"{'index':<22}{'build s':>9}{'batch q/s':>11}{'vs exact':>10}{'1-by-1 q/s':>12}{'vs exact':>10}"
-                  f"{'recall@10':>11}"]
-        for r in result["index"]:
-            build = "   (same)" if r["build_s"] != r["build_s"] else f"{r['build_s']:9.2f}"
-            lines.append(f"{r['index']:<22}{build}{r['qps']:11.0f}{r['speedup']:9.1f}x{r['single_qps']:12.0f}"
-                         f"{r['single_speedup']:9.1f}x{r['recall@10']:11.4f}")
-        lines.append("")
+                  h.table(["index", "build s", "batch q/s", "vs exact", "1-by-1 q/s", "vs exact", "recall@10"], [
+                      [r["index"], "(same)" if r["build_s"] != r["build_s"] else f"{r['build_s']:.2f}",
+                       f"{r['qps']:.0f}", f"{r['speedup']:.1f}x", f"{r['single_qps']:.0f}", f"{r['single_speedup']:.1f}x",
+                       f"{r['recall@10']:.4f}"] for r in result["index"]]),
+                  ""]
     if "embed" in result:
         lines += [f"embedding throughput: quickstart model (ResNet-20, GAP, 128-d, 1x32x32), random weights, CPU, "
                   f"{s['threads']} thread(s)",
-                  f"{'path':<32}{'images/s':>10}{'ratio':>8}"]
-        lines += [f"{r['path']:<32}{r['images_per_s']:10.0f}{r['ratio']:7.2f}x" for r in result["embed"]]
-        lines.append("")
+                  h.table(["path", "images/s", "ratio"],
+                          [[r["path"], f"{r['images_per_s']:.0f}", f"{r['ratio']:.2f}x"] for r in result["embed"]]),
+                  ""]
     if "serve" in result:
         lines += [f"server latency: uvicorn on 127.0.0.1, exact index of {s['files']} images, at most {s['requests']} "
                   f"requests / {s['seconds']:g} s per endpoint, concurrency {s['concurrency']}",
-                  f"{'endpoint':<30}{'n':>5}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'req/s':>8}{'p50 ratio':>11}"]
-        lines += [f"{r['endpoint']:<30}{r['requests']:5d}{r['p50_ms']:9.2f}{r['p90_ms']:9.2f}{r['p99_ms']:9.2f}"
-                  f"{r['req_per_s']:8.1f}{r['ratio']:10.2f}x" for r in result["serve"]]
-    return "\n".join(lines)
+                  h.table(["endpoint", "n", "p50 ms", "p90 ms", "p99 ms", "req/s", "p50 ratio"], [
+                      [r["endpoint"], str(r["requests"]), f"{r['p50_ms']:.2f}", f"{r['p90_ms']:.2f}", f"{r['p99_ms']:.2f}",
+                       f"{r['req_per_s']:.1f}", f"{r['ratio']:.2f}x"] for r in result["serve"]])]
+    return "\n".join(lines).rstrip("\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlkit bench search", description=__doc__.split("\n\n")[0])
+    p = h.parser("search", __doc__)
     p.add_argument("--n", type=int, default=100_000, help="indexed embeddings (default: 100000)")
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--queries", type=int, default=1000)
@@ -326,20 +325,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="faiss / torch threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--parts", default="index,embed,serve", help="comma-separated subset of index,embed,serve")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
+def _run(a: argparse.Namespace) -> dict[str, Any]:
+    parts = tuple(p.strip() for p in a.parts.split(",") if p.strip())
     unknown = set(parts) - {"index", "embed", "serve"}
     if unknown:
         raise ValueError(f"unknown --parts {sorted(unknown)}; choose from index, embed, serve")
-    r = run(args.n, args.dim, args.queries, args.clusters, args.files, args.requests, args.seconds, args.concurrency,
-            args.threads, args.seed, parts)
-    print(json.dumps(r, indent=2) if args.json else format_table(r))
-    return 0
+    return run(a.n, a.dim, a.queries, a.clusters, a.files, a.requests, a.seconds, a.concurrency, a.threads, a.seed, parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return h.main(_parser().parse_args(argv), _run, format_table)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ numbers move; the ratios of one run are comparable.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks import _harness as h
 
 __all__ = ["make_jpegs", "run", "main"]
 
@@ -133,23 +134,22 @@ def run(
 
 def format_table(r: dict[str, Any]) -> str:
     ref = r["decode_per_s"]
-    steady_label = f"DataLoader, {r['workers']} workers, steady state"
-    total_label = f"DataLoader, {r['workers']} workers, first epoch"
-    lines = [
+    first = r["loader_first_epoch_per_s"]
+    return "\n".join([
         f"train loader with the papers' transforms: {r['images']} JPEGs {r['image_size']} (mean {r['mean_kb']:.0f} KB), "
         f"crop {r['crop']}, batch {r['batch']}, {r['cpus']} CPUs visible",
-        f"{'':44s}{'images/s':>10s}{'vs decode':>11s}",
-        f"{'decode only, 1 process (reference)':44s}{ref:10.1f}{1.0:10.2f}x",
-        f"{'decode + train transform, 1 process':44s}{r['transform_per_s']:10.1f}{r['transform_per_s'] / ref:10.2f}x",
-        f"{steady_label:44s}{r['loader_per_s']:10.1f}{r['loader_per_s'] / ref:10.2f}x",
-        f"{total_label:44s}{r['loader_first_epoch_per_s']:10.1f}"
-        f"{r['loader_first_epoch_per_s'] / ref:10.2f}x   (incl. starting the workers)",
-    ]
-    return "\n".join(lines)
+        h.table(["", "images/s", "vs decode"], [
+            ["decode only, 1 process (reference)", f"{ref:.1f}", f"{1.0:.2f}x"],
+            ["decode + train transform, 1 process", f"{r['transform_per_s']:.1f}", f"{r['transform_per_s'] / ref:.2f}x"],
+            [f"DataLoader, {r['workers']} workers, steady state", f"{r['loader_per_s']:.1f}",
+             f"{r['loader_per_s'] / ref:.2f}x"],
+            [f"DataLoader, {r['workers']} workers, first epoch", f"{first:.1f}", f"{first / ref:.2f}x"],
+        ]) + "   (incl. starting the workers)",
+    ])
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlkit bench data", description=__doc__.splitlines()[0])
+    p = h.parser("data", __doc__)
     p.add_argument("--images", type=int, default=256, help="generated JPEGs in the train split (default 256)")
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers (default 2)")
     p.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
@@ -157,18 +157,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--width", type=int, default=500, help="JPEG width (default 500)")
     p.add_argument("--height", type=int, default=375, help="JPEG height (default 375)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.images < 2 or args.workers < 0 or args.batch < 1:
+def _run(a: argparse.Namespace) -> dict[str, Any]:
+    if a.images < 2 or a.workers < 0 or a.batch < 1:
         raise SystemExit("--images must be >= 2, --workers >= 0 and --batch >= 1")
-    r = run(images=args.images, workers=args.workers, batch=args.batch, size=args.size, seed=args.seed,
-            width=args.width, height=args.height)
-    print(json.dumps(r, indent=2) if args.json else format_table(r))
-    return 0
+    return run(images=a.images, workers=a.workers, batch=a.batch, size=a.size, seed=a.seed, width=a.width,
+               height=a.height)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return h.main(_parser().parse_args(argv), _run, format_table)
 
 
 if __name__ == "__main__":

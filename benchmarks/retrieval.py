@@ -29,33 +29,30 @@ whether both implementations lie inside it. A difference inside those bounds
 is a float32 tie, not an error.
 
 How it is measured: by default each side runs once in its own fresh Python
-process (``python -m dmlkit.bench.retrieval --worker SIDE ...``), which builds
-the same data, then records the resident set size (RSS), resets the kernel's
-peak-RSS counter (``/proc/self/clear_refs``), runs the call under a wall
-clock, and reads the peak (``VmHWM``). "Peak extra memory" is that peak minus
-the RSS just before the call: everything the call allocated at its worst
-moment, torch, faiss and numpy buffers alike. Where the peak counter cannot be
-reset, a thread sampling ``/proc/self/statm`` every millisecond gives the
-peak instead (and may miss short spikes). With ``in_process=True`` both sides
-run one after the other in the calling process (dmlkit first); times are then
-as valid, but memory that the first call freed and the allocator kept can be
-reused by the second, which then looks smaller.
+process (``python -m benchmarks.retrieval --worker SIDE ...``), which builds
+the same data, then runs the call under :func:`benchmarks._harness.measure`
+(wall clock; peak RSS from ``VmHWM`` after resetting it). "Peak extra memory"
+is that peak minus the RSS just before the call: everything the call allocated
+at its worst moment, torch, faiss and numpy buffers alike. With
+``in_process=True`` both sides run one after the other in the calling process
+(dmlkit first); times are then as valid, but memory that the first call freed
+and the allocator kept can be reused by the second, which then looks smaller.
+
+``--approx`` forwards to :mod:`benchmarks.retrieval_large` (a gallery on disk,
+approximate vs exact search), also ``dmlkit bench retrieval_large``.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import json
 import math
 import os
-import subprocess
 import sys
-import threading
-import time
 from typing import Any
 
 import numpy as np
+
+from benchmarks import _harness as h
 
 __all__ = ["make_data", "measure", "run", "main", "tie_bounds", "PML_METRICS"]
 
@@ -124,62 +121,6 @@ def tie_bounds(
     return low.result(list(PML_METRICS)), high.result(list(PML_METRICS)), affected
 
 
-# --------------------------------------------------------------------------- #
-# Memory probes
-# --------------------------------------------------------------------------- #
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise OSError(f"{field} not in /proc/self/status")
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _reset_peak() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-class _Sampler(threading.Thread):
-    def __init__(self, interval: float = 0.001) -> None:
-        super().__init__(daemon=True)
-        self.interval = interval
-        self.peak = _rss_bytes()
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.is_set():
-            self.peak = max(self.peak, _rss_bytes())
-            time.sleep(self.interval)
-
-    def stop(self) -> int:
-        self._stop_event.set()
-        self.join()
-        self.peak = max(self.peak, _rss_bytes())
-        return self.peak
-
-
-def _trim() -> None:
-    gc.collect()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def _call(side: str, x: Any, y: Any) -> dict[str, float]:
     import torch
 
@@ -203,22 +144,8 @@ def measure(side: str, x: Any, y: Any) -> dict[str, Any]:
     import dmlkit.evaluation.retrieval  # noqa: F401
     import pytorch_metric_learning.utils.accuracy_calculator  # noqa: F401
 
-    _trim()
-    base = _rss_bytes()
-    exact = _reset_peak()
-    sampler = _Sampler()
-    sampler.start()
-    t0 = time.perf_counter()
-    values = _call(side, x, y)
-    seconds = time.perf_counter() - t0
-    sampled = sampler.stop()
-    peak = max(_status_kb("VmHWM"), sampled) if exact else sampled
-    return {
-        "seconds": seconds,
-        "peak_extra_bytes": max(0, peak - base),
-        "memory_probe": "VmHWM after clear_refs" if exact else "RSS sampled every 1 ms",
-        "values": values,
-    }
+    m = h.measure(lambda: _call(side, x, y))
+    return {"seconds": m.seconds, "peak_extra_bytes": m.peak_extra_bytes, "memory_probe": m.probe, "values": m.value}
 
 
 def _worker(side: str, n: int, dim: int, per_class: float, seed: int) -> dict[str, Any]:
@@ -235,14 +162,8 @@ def _torch_threads() -> int:
 
 
 def _subprocess(side: str, n: int, dim: int, per_class: float, seed: int) -> dict[str, Any]:
-    cmd = [
-        sys.executable, "-m", "dmlkit.bench.retrieval", "--worker", side,
-        "--n", str(n), "--dim", str(dim), "--per-class", str(per_class), "--seed", str(seed),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark worker {side!r} failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return h.run_worker("benchmarks.retrieval", side,
+                        ["--n", n, "--dim", dim, "--per-class", per_class, "--seed", seed])
 
 
 def run(
@@ -320,13 +241,11 @@ def format_table(r: dict[str, Any]) -> str:
         f"machine: {r['cpus']} CPUs, torch threads {r['torch_threads']}; 1-min load average "
         f"{r['load_before']} before / {r['load_after']} after (this run's own threads included)",
         "",
-        f"{'':30s}{'dmlkit':>14s}{'PML':>14s}",
-        f"{'time (s)':30s}{r['dmlkit_seconds']:14.2f}{r['pml_seconds']:14.2f}",
-        f"{'peak extra memory (MB)':30s}{r['dmlkit_peak_extra_mb']:14.0f}{r['pml_peak_extra_mb']:14.0f}",
-    ]
-    for k in PML_METRICS:
-        lines.append(f"{k:30s}{r['dmlkit_values'][k]:14.8f}{r['pml_values'][k]:14.8f}")
-    lines += [
+        h.table(["", "dmlkit", "PML"], [
+            ["time (s)", f"{r['dmlkit_seconds']:.2f}", f"{r['pml_seconds']:.2f}"],
+            ["peak extra memory (MB)", f"{r['dmlkit_peak_extra_mb']:.0f}", f"{r['pml_peak_extra_mb']:.0f}"],
+            *([k, f"{r['dmlkit_values'][k]:.8f}", f"{r['pml_values'][k]:.8f}"] for k in PML_METRICS),
+        ]),
         "",
         f"speed-up (PML time / dmlkit time): {r['speedup']:.2f}x",
         f"values match to {TOLERANCE:g}: {'yes' if r['values_match'] else 'no'} "
@@ -347,36 +266,30 @@ def format_table(r: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="dmlkit bench retrieval",
-        description="Time dmlkit's retrieval metrics against pytorch-metric-learning's "
-        "AccuracyCalculator on random clustered embeddings.",
-    )
+    p = h.parser("retrieval", "Time dmlkit's retrieval metrics against pytorch-metric-learning's "
+                 "AccuracyCalculator on random clustered embeddings.", workers=("dmlkit", "pml"))
     p.add_argument("--n", type=int, default=60502, help="number of embeddings (default 60502)")
     p.add_argument("--dim", type=int, default=128, help="embedding dimension (default 128)")
     p.add_argument("--per-class", type=float, default=5, help="mean items per label (default 5)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
     p.add_argument("--in-process", action="store_true", help="run both sides in this process")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--worker", choices=("dmlkit", "pml"), help=argparse.SUPPRESS)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``dmlkit bench retrieval``; returns 0 when the values agree
-    (to 1e-6, or within the float32-tie bounds)."""
-    if "--approx" in (sys.argv[1:] if argv is None else argv):  # gallery on disk, faiss IVF/HNSW vs exact
-        from dmlkit.bench.retrieval_large import main as approx_main
+    (to 1e-6, or within the float32-tie bounds). ``--approx`` runs :mod:`benchmarks.retrieval_large`."""
+    if "--approx" in (sys.argv[1:] if argv is None else argv):
+        from benchmarks.retrieval_large import main as approx_main
 
         return approx_main(argv)
-    args = _parser().parse_args(argv)
-    if args.worker:
-        res = _worker(args.worker, args.n, args.dim, args.per_class, args.seed)
-        print(json.dumps(res))
-        return 0
-    result = run(args.n, args.dim, args.per_class, args.seed, in_process=args.in_process)
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
-    return 0 if result["agree"] else 1
+    return h.main(
+        _parser().parse_args(argv),
+        lambda a: run(a.n, a.dim, a.per_class, a.seed, in_process=a.in_process),
+        format_table,
+        worker=lambda a: _worker(a.worker, a.n, a.dim, a.per_class, a.seed),
+        ok=lambda r: r["agree"],
+    )
 
 
 if __name__ == "__main__":
