@@ -11,15 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from dmlkit.losses import create_loss, get_loss_entry, list_losses, loss_defaults
-from dmlkit.losses.metric_cross_entropy import (
-    AbsDifference,
-    ConcavePower,
-    CoordinateSumDistance,
-    LogOnePlus,
+from dmlkit.losses import (
     MetricCrossEntropy,
     MetricCrossEntropyLoss,
-    lm_distance,
+    create_loss,
+    get_loss_entry,
+    list_losses,
+    loss_defaults,
     metric_bounds,
     metric_condition_bound,
 )
@@ -82,8 +80,7 @@ def test_lemma1_label_distance():
     ce1 = MetricCrossEntropy("weak", eps=1e-6)
     assert ce1.M == pytest.approx(-math.log(1e-6))
     assert torch.isfinite(ce1.distance(la, lb))  # clamped instead of +inf
-    fam = CoordinateSumDistance(AbsDifference(), LogOnePlus())
-    assert fam.label_distance == pytest.approx(math.log(3)) == pytest.approx(fam.distance(la, lb).item())
+    assert ce1.distance(la, lb).item() == pytest.approx(ce1.label_distance) == pytest.approx(-2 * math.log(1e-6))
 
 
 # --------------------------------------------------------------------------- metric properties
@@ -133,17 +130,6 @@ def test_invalid_parameters_break_the_triangle(a, b, p):
     assert crit.distance(x, z) > crit.distance(x, y) + crit.distance(y, z)
 
 
-def test_composed_family_keeps_the_metric():
-    g = torch.Generator().manual_seed(3)
-    x, y, z = torch.rand(3, 5000, C, generator=g, dtype=torch.float64)
-    for F in (LogOnePlus(), ConcavePower(0.5)):
-        fam = CoordinateSumDistance(MetricCrossEntropy("metric").d, F)
-        assert fam.is_metric
-        assert (fam.distance(x, z) <= fam.distance(x, y) + fam.distance(y, z) + TOL).all()
-        assert (fam.distance(x, x) == 0).all()
-    assert torch.allclose(lm_distance(x, y, AbsDifference()), (x - y).abs().sum(-1))
-
-
 # --------------------------------------------------------------------------- CE' is a weak metric
 
 
@@ -186,8 +172,15 @@ def test_constructor_errors():
         create_loss("ce_metric", num_classes=3, embedding_size=4, b=0.9)
     with pytest.raises(ValueError, match="output"):
         create_loss("ce_weak", num_classes=3, embedding_size=4, output="tanh")
-    with pytest.raises(ValueError, match="fixes kind"):
+    # the registered losses fix the kind and build their criterion: neither is a parameter
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['kind'\]"):
         create_loss("ce_weak", num_classes=3, embedding_size=4, kind="metric")
+    with pytest.raises(ValueError, match="builds its criterion"):
+        create_loss("ce_metric", num_classes=3, embedding_size=4, criterion=MetricCrossEntropy("weak"))
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['eps'\]"):
+        create_loss("ce_metric", num_classes=3, embedding_size=4, eps=1e-3)  # CE'' has no eps
+    with pytest.raises(ValueError, match="criterion must be a MetricCrossEntropy"):
+        MetricCrossEntropyLoss(3, 4, criterion="metric")
 
 
 def test_input_errors():
@@ -274,6 +267,19 @@ def test_training_reduces_the_loss():
         assert value.item() < 0.5 * first
 
 
+def test_the_class_takes_its_hyper_parameters_from_the_criterion():
+    torch.manual_seed(0)
+    emb, labels = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+    registered = create_loss("ce_metric", num_classes=3, embedding_size=4, b=0.5, p=0.7)
+    direct = MetricCrossEntropyLoss(3, 4, MetricCrossEntropy("metric", b=0.5, p=0.7))
+    direct.load_state_dict(registered.state_dict())
+    assert direct.kind == registered.kind == "metric" and (direct.criterion.d.b, direct.criterion.d.p) == (0.5, 0.7)
+    assert direct(emb, labels).item() == pytest.approx(registered(emb, labels).item())
+    default = MetricCrossEntropyLoss(3, 4)  # CE' with eps = 1e-7, as ce_weak
+    assert default.kind == "weak" and default.criterion.d.eps == 1e-7
+    assert sorted(default.state_dict()) == ["W", "bias"]
+
+
 def test_miner_weights_apply():
     loss = create_loss("ce_metric", num_classes=3, embedding_size=4)
     emb, labels = torch.randn(4, 4), torch.tensor([0, 0, 1, 2])
@@ -314,6 +320,11 @@ def test_bounds_hold_on_noisy_outputs(kind):
     assert res["min_different_class"] == pytest.approx(dist[~same].min().item())
     eps = crit.distance(outputs, torch.nn.functional.one_hot(labels, C).double()).max().item()
     assert res["eps"] == pytest.approx(eps)
+
+
+def test_bounds_reject_other_losses():
+    with pytest.raises(ValueError, match="MetricCrossEntropy"):
+        metric_bounds(torch.full((2, 3), 1 / 3), torch.tensor([0, 1]), create_loss("l2_softmax", num_classes=3, embedding_size=4))
 
 
 def test_bounds_accept_the_training_module():

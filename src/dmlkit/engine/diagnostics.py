@@ -25,7 +25,7 @@ from dmlkit.engine.evaluate import load_finished_run, run_split
 from dmlkit.engine.run_folder import write_json_atomic
 from dmlkit.engine.trainer import build_splits
 from dmlkit.evaluation.geometry import geometry_report
-from dmlkit.losses.metric_cross_entropy import MetricCrossEntropyLoss, _one_hot, metric_bounds
+from dmlkit.losses import MetricCrossEntropyLoss, metric_bounds, one_hot_labels as _one_hot
 
 
 def classifier_bounds(run: Any, max_pairs_samples: int = 1000) -> dict[str, Any] | None:

@@ -1,35 +1,86 @@
-"""Evaluation of embeddings: exact kNN retrieval metrics and clustering metrics.
+"""Evaluation of embeddings: retrieval, clustering and verification metrics, and embedding geometry.
 
 Embed query and reference sets, then
 
+* :func:`evaluate_embeddings` -- the one evaluation of a run: retrieval metrics and,
+  optionally, clustering metrics;
 * :func:`retrieval_metrics` -- P@1, Recall@K, R-precision, MAP@R from one exact
   Euclidean k-nearest-neighbour search (values equal to pytorch-metric-learning's
-  ``AccuracyCalculator``);
-* :func:`clustering_metrics` -- NMI and pairwise F1 of faiss k-means;
-* :func:`knn_search` -- the blocked exact k-nearest-neighbour search underneath.
+  ``AccuracyCalculator``); :func:`retrieval_metrics_from_file` streams embeddings
+  from disk (``streaming``);
+* :func:`clustering_metrics` -- NMI and pairwise F1 of faiss k-means
+  (:func:`clustering_metrics_from_file` from disk);
+* :func:`knn_search` -- the blocked exact k-nearest-neighbour search underneath;
 * :func:`kfold_accuracy`, :func:`tar_at_far` -- face verification: LFW-style 10-fold
-  accuracy and TAR at FAR from pair scores (``verification``).
+  accuracy and TAR at FAR from pair scores (``verification``);
+* :func:`geometry_report`, :func:`r_w`, ... -- the SFT paper's embedding geometry
+  (``geometry``); :func:`pcc_diagnostics`, ... -- prototype convex combinations of
+  the thesis' Ch. 4 (``pcc``).
 
 Nothing here imports training code.
 """
 
 from dmlkit.evaluation.clustering import clustering_metrics, kmeans_assign, nmi, pairwise_f1
+from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
+from dmlkit.evaluation.geometry import (
+    class_divergences,
+    class_means,
+    covariance_spectra,
+    geometry_report,
+    r_w,
+    r_w_curve,
+    rotation_residuals,
+    scatter_matrices,
+)
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
+from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_histogram
 from dmlkit.evaluation.retrieval import metric_names, retrieval_metrics
-from dmlkit.evaluation.verification import kfold_accuracy, pair_scores, tar_at_far, verification_metrics
+from dmlkit.evaluation.streaming import APPROX_METHODS, clustering_metrics_from_file, retrieval_metrics_from_file
+from dmlkit.evaluation.verification import (
+    best_threshold,
+    kfold_accuracy,
+    pair_scores,
+    tar_at_far,
+    verification_metrics,
+)
 
 __all__ = [
-    "DEFAULT_MAX_BLOCK_BYTES",
+    "evaluate_embeddings",
+    # retrieval
+    "retrieval_metrics",
+    "metric_names",
+    "knn_search",
     "KNNResult",
+    "DEFAULT_MAX_BLOCK_BYTES",
+    # clustering
     "clustering_metrics",
     "kmeans_assign",
-    "knn_search",
-    "metric_names",
     "nmi",
     "pairwise_f1",
-    "retrieval_metrics",
-    "kfold_accuracy",
-    "pair_scores",
-    "tar_at_far",
+    # embeddings on disk
+    "retrieval_metrics_from_file",
+    "clustering_metrics_from_file",
+    "APPROX_METHODS",
+    # verification
     "verification_metrics",
+    "kfold_accuracy",
+    "tar_at_far",
+    "pair_scores",
+    "best_threshold",
+    # geometry (SFT paper)
+    "geometry_report",
+    "class_means",
+    "scatter_matrices",
+    "r_w",
+    "r_w_curve",
+    "class_divergences",
+    "rotation_residuals",
+    "covariance_spectra",
+    # prototype convex combinations (thesis Ch. 4)
+    "pcc_diagnostics",
+    "pcc_embedding",
+    "prototype_histogram",
+    "nearest_prototype",
 ]
+# Not here: ``pcc.covering_radius`` (max over points of the distance to the nearest prototype) --
+# ``dmlkit.proxies.covering_radius`` is another quantity (Sec. 3.3.1); import it from ``dmlkit.evaluation.pcc``.

@@ -3,34 +3,52 @@
 ``create_pooling(name, dim, **params)`` builds one by name, ``list_poolings()``
 lists the names.  Each pooling is a function plus a module (``gap`` / ``GAP``,
 ...).  Every module of this package is imported here, so a new pooling only has
-to live in ``dmlkit/pooling/<file>.py`` and use ``@register_pooling(name)``.
+to live in ``dmlkit/pooling/<file>.py`` and use ``@register_pooling(name)``;
+export its module and function below as well.
 """
 
 from __future__ import annotations
 
 from dmlkit.pooling.attention import AttentionPool, attention_pool
-from dmlkit.pooling.gsp import GSP, generalized_sum_pool, generalized_sum_pool_unrolled
-from dmlkit.pooling.netvlad import NetVLAD, netvlad
+from dmlkit.pooling.gsp import (
+    GSP,
+    MAX_PROTOTYPES,
+    generalized_sum_pool,
+    generalized_sum_pool_unrolled,
+    gsp_costs,
+    gsp_transport,
+    gsp_transport_unrolled,
+)
+from dmlkit.pooling.netvlad import MAX_CLUSTERS, NetVLAD, netvlad
 from dmlkit.pooling.registry import create_pooling, list_poolings, register_pooling
 from dmlkit.pooling.simple import GAP, GAPGMP, GMP, GeM, gap, gap_gmp, gem, gmp
 
 __all__ = [
-    "GSP",
-    "AttentionPool",
-    "NetVLAD",
-    "attention_pool",
-    "generalized_sum_pool",
-    "generalized_sum_pool_unrolled",
-    "netvlad",
+    # layers and their functions
     "GAP",
-    "GAPGMP",
-    "GMP",
-    "GeM",
-    "create_pooling",
     "gap",
-    "gap_gmp",
-    "gem",
+    "GMP",
     "gmp",
+    "GAPGMP",
+    "gap_gmp",
+    "GeM",
+    "gem",
+    "GSP",
+    "generalized_sum_pool",
+    "NetVLAD",
+    "netvlad",
+    "AttentionPool",
+    "attention_pool",
+    # GSP's optimal transport and autograd references
+    "gsp_costs",
+    "gsp_transport",
+    "gsp_transport_unrolled",
+    "generalized_sum_pool_unrolled",
+    # size limits
+    "MAX_CLUSTERS",
+    "MAX_PROTOTYPES",
+    # registry
+    "create_pooling",
     "list_poolings",
     "register_pooling",
 ]
