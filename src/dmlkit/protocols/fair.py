@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from dmlkit.config import load_config
-from dmlkit.evaluation import clustering_metrics, retrieval_metrics
+from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
 from dmlkit.protocols.conventional import seed_metrics
 from dmlkit.protocols.runs import Obtain
 from dmlkit.protocols.table import SEED_KEY, summarise
@@ -41,12 +41,8 @@ class _Concatenation:
 
 
 def _metrics(queries: _Concatenation, references: _Concatenation, ks: Sequence[int], clustering: bool, seed: int) -> dict[str, float]:
-    q = queries.joint()
     refs = (references.joint(), references.labels) if references.parts else (None, None)
-    out = retrieval_metrics(q, queries.labels, *refs, ks=tuple(ks))
-    if clustering:
-        out.update(clustering_metrics(q, queries.labels, seed=seed))
-    return out
+    return evaluate_embeddings(queries.joint(), queries.labels, *refs, ks=ks, clustering=clustering, seed=seed)
 
 
 def run_fair(
