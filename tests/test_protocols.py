@@ -12,7 +12,7 @@ from dmlkit.data.splits import class_fold_split
 from dmlkit.engine.evaluate import embed_run
 from dmlkit.evaluation import retrieval_metrics
 from dmlkit.protocols import markdown_table, mean_std, run_protocol
-from dmlkit.protocols.table import summarise
+from dmlkit.protocols.table import format_mean_std, markdown_grid, summarise
 from tests_helpers import TINY_OVERRIDES
 
 QUICK = TINY_OVERRIDES + ["plots=false", "eval.clustering=false"]
@@ -62,6 +62,17 @@ def test_mean_std_matches_statistics():
     assert std == pytest.approx(statistics.stdev(values))
     assert mean_std([0.5]) == (0.5, 0.0)
     assert all(math.isnan(v) for v in mean_std([]))
+
+
+def test_format_mean_std_and_markdown_grid():
+    assert format_mean_std((0.1234, 0.0111)) == "12.34 ± 1.11"
+    assert format_mean_std((12.3, 4.56), scale=1.0, digits=0) == "12 ± 5"
+    assert format_mean_std((0.01, 0.02), signed=True) == "+1.00 ± 2.00"
+    assert format_mean_std(mean_std([])) == "n/a" and format_mean_std(None) == "n/a"
+    assert markdown_grid(["a", "b", "c"], [["x", "1", "y"]]) == "| a | b | c |\n|---|---|---|\n| x | 1 | y |\n"
+    assert markdown_grid(["a", "b", "c"], [], align="rc").splitlines()[1] == "|---:|:---:|---|"
+    with pytest.raises(ValueError, match="align"):
+        markdown_grid(["a"], [], align="x")
 
 
 def test_markdown_table_prints_percent_mean_std():

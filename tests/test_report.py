@@ -2,6 +2,7 @@
 
 import base64
 import json
+import math
 import re
 import shutil
 import statistics
@@ -14,7 +15,8 @@ from browser import browser_page  # noqa: F401  (pytest fixture)
 from dmlkit.cli import main
 from dmlkit.config import load_config
 from dmlkit.engine.trainer import Trainer
-from dmlkit.report import build_report, config_differences, flatten, group_runs, load_run, mean_std
+from dmlkit.protocols.table import mean_std
+from dmlkit.report import build_report, config_differences, flatten, group_runs, load_run
 from tests_helpers import TINY_OVERRIDES
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -93,11 +95,11 @@ def test_flatten_and_differences_on_hand_made_configs():
     assert config_differences([a, a]) == {}
 
 
-def test_mean_std_is_the_sample_standard_deviation():
-    mean, std = mean_std([0.2, 0.4, 0.9])
+def test_the_report_shows_no_spread_for_one_seed():
+    mean, std = mean_std([0.2, 0.4, 0.9], single_std=math.nan)  # as _metrics_section calls it
     assert mean == pytest.approx(statistics.mean([0.2, 0.4, 0.9]))
     assert std == pytest.approx(statistics.stdev([0.2, 0.4, 0.9]))
-    assert mean_std([0.5])[0] == 0.5 and mean_std([0.5])[1] != mean_std([0.5])[1]  # NaN: no spread from one seed
+    assert mean_std([0.5], single_std=math.nan)[0] == 0.5 and math.isnan(mean_std([0.5], single_std=math.nan)[1])
 
 
 def test_seeds_form_one_group_and_other_configs_another(two_seeds, tmp_path):

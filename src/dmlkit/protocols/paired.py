@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from dmlkit.protocols.table import SEED_KEY, check_columns, markdown_grid, mean_std
+from dmlkit.protocols.table import SEED_KEY, check_columns, format_mean_std, markdown_grid, mean_std
 
 
 def assign_baselines(names: Sequence[str], baselines: Sequence[str]) -> dict[str, str]:
@@ -82,7 +82,7 @@ def paired_difference(
 def _diff_cell(stat: tuple[float, float], wins: int, n: int) -> str:
     if n == 0 or math.isnan(stat[0]):
         return "n/a"
-    return f"{stat[0] * 100:+.2f} ± {stat[1] * 100:.2f} ({wins}/{n})"
+    return f"{format_mean_std(stat, signed=True)} ({wins}/{n})"
 
 
 def paired_table(rows: Sequence[tuple[str, str, dict[str, Any]]], columns: str) -> str:

@@ -1,5 +1,8 @@
 """Mean and standard deviation over seeds, and the markdown tables of the papers.
 
+``mean_std`` is dmlkit's one mean ± std over seeds (protocols, studies and ``dmlkit report``
+use it), ``format_mean_std`` its one ``"mean ± std"`` cell, ``markdown_grid`` its one markdown table.
+
 Column sets follow the tables they mimic: ``thesis`` (P@1 and MAP@R, Table 3.1 /
 5.1), ``sft`` (R@1/2/4, NMI, F1, SFT Table 1), ``all`` (every retrieval and
 clustering metric). Each cell is ``mean ± std`` over seeds in percent, the way
@@ -24,7 +27,11 @@ COLUMN_SETS: dict[str, list[tuple[str, str]]] = {
 
 
 def mean_std(values: Sequence[float], single_std: float = 0.0) -> tuple[float, float]:
-    """Mean and sample standard deviation (``n - 1``; ``single_std`` for a single value); NaN for no values."""
+    """Mean and sample standard deviation (``n - 1``) over seeds; NaN for no values.
+
+    A single value has no sample spread: its std is ``single_std`` (0, as the papers print it;
+    ``dmlkit report`` passes NaN to show the mean alone).
+    """
     vals = [float(v) for v in values]
     if not vals:
         return math.nan, math.nan
@@ -48,11 +55,13 @@ def summarise(per_seed: Sequence[dict[str, float]]) -> dict[str, tuple[float, fl
     return {k: mean_std([m[k] for m in per_seed]) for k in keys}
 
 
-def _cell(stat: tuple[float, float] | None, percent: bool) -> str:
+def format_mean_std(stat: tuple[float, float] | None, scale: float = 100.0, digits: int = 2, signed: bool = False) -> str:
+    """``"mean ± std"`` of a ``mean_std`` result times ``scale`` (100: percent), ``digits`` decimals
+    (``signed``: the mean with its sign, for differences); ``"n/a"`` when there were no values."""
     if stat is None or math.isnan(stat[0]):
         return "n/a"
-    scale = 100.0 if percent else 1.0
-    return f"{stat[0] * scale:.2f} ± {stat[1] * scale:.2f}"
+    sign = "+" if signed else ""
+    return f"{stat[0] * scale:{sign}.{digits}f} ± {stat[1] * scale:.{digits}f}"
 
 
 def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]], columns: str, extra: Sequence[tuple[str, str]] = ()) -> str:
@@ -64,14 +73,28 @@ def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]], columns: str, ext
     cols = check_columns(columns)
     headers = ["run"] + [h for h, _ in cols] + [h for h, _ in extra]
     cells = [
-        [label] + [_cell(stats.get(key), True) for _, key in cols] + [_cell(stats.get(key), False) for _, key in extra]
+        [label] + [format_mean_std(stats.get(key)) for _, key in cols]
+        + [format_mean_std(stats.get(key), scale=1.0) for _, key in extra]
         for label, stats in rows
     ]
     return markdown_grid(headers, cells)
 
 
-def markdown_grid(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A markdown table of already formatted cells."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+_RULES = {"l": "---", "r": "---:", "c": ":---:"}
+
+
+def markdown_grid(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str = "") -> str:
+    """A markdown table of already formatted cells.
+
+    ``align`` holds one letter per column, ``l`` (markdown's default), ``r`` or ``c`` (``"lrr"``: numbers
+    right-aligned); columns beyond it are ``l``.
+    """
+    if set(align) - set(_RULES):
+        raise ValueError(f"align must hold one of 'l', 'r', 'c' per column, got {align!r}")
+    rules = [_RULES[a] for a in align.ljust(len(headers), "l")[: len(headers)]]
+    lines = [_row(headers), "|" + "|".join(rules) + "|"] + [_row(cells) for cells in rows]
     return "\n".join(lines) + "\n"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "|" + "|".join(f" {cell} " if cell else " " for cell in cells) + "|"

@@ -9,7 +9,7 @@ through ``engine``, and draws with ``viz``.
 """
 
 from dmlkit.report.html import build_report, render_report
-from dmlkit.report.runs import RunRecord, config_differences, flatten, group_runs, load_run, load_runs, mean_std
+from dmlkit.report.runs import RunRecord, config_differences, flatten, group_runs, load_run, load_runs
 
 __all__ = [
     "RunRecord",
@@ -19,7 +19,6 @@ __all__ = [
     "group_runs",
     "load_run",
     "load_runs",
-    "mean_std",
     "render_report",
     "run_gallery",
 ]

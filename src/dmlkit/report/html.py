@@ -26,7 +26,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from dmlkit.report.runs import RunRecord, config_differences, group_runs, load_runs, mean_std
+from dmlkit.protocols.table import mean_std
+from dmlkit.report.runs import RunRecord, config_differences, group_runs, load_runs
 
 __all__ = ["STANDARD_PLOTS", "build_report", "render_report", "short_metric_name"]
 
@@ -136,7 +137,8 @@ def _metrics_section(runs: Sequence[RunRecord]) -> str:
     names = _metric_names(runs)
     groups = group_runs(runs)
     stats = [
-        {m: mean_std([r.test_metrics[m] for r in members if m in r.test_metrics]) for m in names} for _, members in groups
+        {m: mean_std([r.test_metrics[m] for r in members if m in r.test_metrics], single_std=math.nan) for m in names}
+        for _, members in groups
     ]
     best = {m: max((s[m][0] for s in stats if not math.isnan(s[m][0])), default=math.nan) for m in names}
     rows = []

@@ -10,7 +10,6 @@ mean and sample standard deviation over the seeds.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,7 +17,6 @@ from typing import Any, Sequence
 import yaml
 
 from dmlkit.engine.run_folder import RunFolder
-from dmlkit.protocols.table import mean_std as protocol_mean_std
 
 __all__ = [
     "GROUP_IGNORED_KEYS",
@@ -29,7 +27,6 @@ __all__ = [
     "group_runs",
     "load_run",
     "load_runs",
-    "mean_std",
 ]
 
 #: Keys that do not make two runs different experiments (they are labels or the repeat index).
@@ -155,8 +152,3 @@ def group_runs(runs: Sequence[RunRecord], ignore: Sequence[str] = GROUP_IGNORED_
         label = ", ".join(parts) if parts else str(group[0].config.get("name", group[0].label))
         labelled.append((label, group))
     return labelled
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (``n - 1``; NaN for a single value, both NaN for none)."""
-    return protocol_mean_std(values, single_std=math.nan)

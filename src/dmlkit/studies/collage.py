@@ -182,28 +182,23 @@ _TABLE_COLUMNS = [("test_map_at_r", 100.0, 2), ("test_precision_at_1", 100.0, 2)
                   ("foreground_weight_share", 1.0, 3), ("train_seconds", 1.0, 0)]
 
 
-def _mean_std_cell(rows: Sequence[dict[str, Any]], key: str, scale: float, digits: int) -> str:
-    from dmlkit.protocols.table import mean_std
-
-    mean, std = mean_std([r[key] * scale for r in rows])
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
 def _table(results: Sequence[dict[str, Any]], variants: Sequence[str], seeds: Sequence[int], max_steps: int) -> str:
-    lines = [
+    from dmlkit.protocols.table import format_mean_std, markdown_grid, mean_std
+
+    rows = []
+    for variant in variants:
+        runs = [r for r in results if r["variant"] == variant]
+        cells = [format_mean_std(mean_std([r[key] for r in runs]), scale, digits) for key, scale, digits in _TABLE_COLUMNS]
+        rows.append([variant, str(len(runs)), *cells])
+    headers = ["variant", "n", "test MAP@R", "test P@1", "best val MAP@R", "steps", "fg weight share", "train s"]
+    return "\n".join([
         "# Collage study (thesis Sec. 5.3.2) on glyph_collage",
         "",
         f"ResNet-20 from scratch, <= {max_steps} steps, seeds {', '.join(map(str, seeds))} (mean ± sample std); "
         "foreground weight share = mean pooling weight on the foreground quarter (GAP: 0.25).",
         "",
-        "| variant | n | test MAP@R | test P@1 | best val MAP@R | steps | fg weight share | train s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for variant in variants:
-        rows = [r for r in results if r["variant"] == variant]
-        cells = [_mean_std_cell(rows, key, scale, digits) for key, scale, digits in _TABLE_COLUMNS]
-        lines.append(f"| {variant} | {len(rows)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        markdown_grid(headers, rows, align="lrrrrrrr"),
+    ])
 
 
 def run_study(

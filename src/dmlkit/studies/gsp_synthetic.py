@@ -56,6 +56,7 @@ from dmlkit.evaluation import retrieval_metrics
 from dmlkit.losses import create_loss
 from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
 from dmlkit.pooling.gsp import generalized_sum_pool
+from dmlkit.protocols.table import markdown_grid
 
 __all__ = ["SyntheticStudyConfig", "TokenBagModel", "VARIANTS", "main", "run_study", "train_variant"]
 
@@ -207,20 +208,19 @@ def _table(results: list[dict[str, Any]], cfg: SyntheticStudyConfig) -> str:
         f"iters={cfg.iters}; lam={cfg.zero_shot_weight}; seed {cfg.seed}; patience {cfg.patience} epochs "
         f"of {cfg.steps_per_epoch} steps, at most {cfg.max_epochs} epochs.",
         "",
-        "| pooling | test MAP@R | test P@1 | best val MAP@R | best epoch | epochs | seconds |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        markdown_grid(
+            ["pooling", "test MAP@R", "test P@1", "best val MAP@R", "best epoch", "epochs", "seconds"],
+            [[r["variant"], f"{100 * r['test_map_at_r']:.2f}", f"{100 * r['test_precision_at_1']:.2f}",
+              f"{100 * r['val_map_at_r']:.2f}", str(r["best_epoch"]), str(r["epochs"]), str(r["seconds"])] for r in results],
+            align="lrrrrrr",
+        ),
     ]
-    for r in results:
-        lines.append(
-            f"| {r['variant']} | {100 * r['test_map_at_r']:.2f} | {100 * r['test_precision_at_1']:.2f} | "
-            f"{100 * r['val_map_at_r']:.2f} | {r['best_epoch']} | {r['epochs']} | {r['seconds']} |"
-        )
     by = {r["variant"]: r["test_map_at_r"] for r in results}
     if "gap" in by:
         for v in ("gsp", "gsp+zs"):
             if v in by:
-                lines.append(f"\n{v} - gap: {100 * (by[v] - by['gap']):+.2f} MAP@R points (thesis: about +70).")
-    return "\n".join(lines) + "\n"
+                lines.append(f"{v} - gap: {100 * (by[v] - by['gap']):+.2f} MAP@R points (thesis: about +70).\n")
+    return "\n".join(lines)
 
 
 def plot_embedding_space(results: list[dict[str, Any]], spec: TokenSpec, path: str | Path) -> None:

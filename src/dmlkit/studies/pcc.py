@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from dmlkit.evaluation.pcc import pcc_diagnostics, pcc_embedding
+from dmlkit.protocols.table import markdown_grid
 from dmlkit.proxies.kcenter import greedy_k_center
 
 __all__ = ["local_feature_sets", "main", "pcc_table", "run_study"]
@@ -100,15 +101,14 @@ def run_study(
         f"{source}; {images.shape[0]} test images, {features.shape[1]} local features of dim {features.shape[2]} each, "
         "scaled into the unit ball; prototypes by greedy k-centre over all local features.",
         "",
-        "| k | covering radius delta | mean ‖PCC−GAP‖ | max ‖PCC−GAP‖ | max / delta | max ‖PCC−GAP‖² ≤ delta |",
-        "|---:|---:|---:|---:|---:|:---:|",
+        markdown_grid(
+            ["k", "covering radius delta", "mean ‖PCC−GAP‖", "max ‖PCC−GAP‖", "max / delta", "max ‖PCC−GAP‖² ≤ delta"],
+            [[str(r["k"]), f"{r['delta']:.4f}", f"{r['mean_error']:.4f}", f"{r['max_error']:.4f}",
+              f"{r['max_error_over_delta']:.3f}", "yes" if r["bound_holds"] else "NO"] for r in rows],
+            align="rrrrrc",
+        ),
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['k']} | {r['delta']:.4f} | {r['mean_error']:.4f} | {r['max_error']:.4f} | "
-            f"{r['max_error_over_delta']:.3f} | {'yes' if r['bound_holds'] else 'NO'} |"
-        )
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+    (out / "table.md").write_text("\n".join(lines))
     (out / "results.json").write_text(json.dumps({"source": source, "rows": rows}, indent=1))
     _plot(rows, out / "pcc_error.png")
     return rows

@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,6 +65,7 @@ from dmlkit.data import create_dataset
 from dmlkit.data.seeding import derive_seed, make_generator
 from dmlkit.losses import create_loss
 from dmlkit.models import ModelConfig, build_embedder
+from dmlkit.protocols.table import format_mean_std, markdown_grid, mean_std
 
 __all__ = [
     "METHODS",
@@ -308,14 +308,9 @@ def train_method(method: str, cfg: UnbalancedStudyConfig, seed: int, train_ds: A
 
 
 # ------------------------------------------------------------------------------ study
-def _mean_std(values: list[float]) -> str:
-    mean = 100 * statistics.fmean(values)
-    std = 100 * statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:.2f} ± {std:.2f}"
-
-
 def _table(results: list[dict[str, Any]], cfg: UnbalancedStudyConfig, seeds: Sequence[int], methods: Sequence[str],
            split: UnbalancedSplit) -> str:
+    titles = [METHOD_TITLES[m] for m in methods]
     lines = [
         "# SFT on an unbalanced training set (SFT paper, Sec. 4, Table 5), glyphs miniature",
         "",
@@ -328,26 +323,25 @@ def _table(results: list[dict[str, Any]], cfg: UnbalancedStudyConfig, seeds: Seq
         f"Adam lr {cfg.lr:g} cosine, {cfg.steps} steps x {cfg.batch_size} images, "
         f"augment={cfg.augment}. Accuracy (%) of argmax class score, mean ± std over seeds {list(seeds)}.",
         "",
-        "| | " + " | ".join(METHOD_TITLES[m] for m in methods) + " |",
-        "|---|" + "---:|" * len(methods),
+        markdown_grid(["", *titles], [
+            [key.capitalize()] + [format_mean_std(mean_std([r[key] for r in results if r["method"] == m])) for m in methods]
+            for key in ("head", "tail")
+        ], align="l" + "r" * len(methods)),
     ]
-    for key in ("head", "tail"):
-        cells = [_mean_std([r[key] for r in results if r["method"] == m]) for m in methods]
-        lines.append(f"| {key.capitalize()} | " + " | ".join(cells) + " |")
     if "baseline" in methods and len(methods) > 1:  # paired by seed: same split, init and batches
         base = {(r["seed"], k): r[k] for r in results if r["method"] == "baseline" for k in ("head", "tail")}
-        lines += ["", "Difference to the baseline of the same seed (percentage points, mean ± std over seeds):", "",
-                  "| | " + " | ".join(METHOD_TITLES[m] for m in methods if m != "baseline") + " |",
-                  "|---|" + "---:|" * (len(methods) - 1)]
-        for key in ("head", "tail"):
-            cells = [_mean_std([r[key] - base[(r["seed"], key)] for r in results if r["method"] == m])
-                     for m in methods if m != "baseline"]
-            lines.append(f"| {key.capitalize()} | " + " | ".join(cells) + " |")
-    lines += ["", "Paper (Table 5, MS-Celeb-1M mini, 50 vs 5 training samples):", "",
-              "| | " + " | ".join(METHOD_TITLES[m] for m in methods) + " |", "|---|" + "---:|" * len(methods)]
-    for i, key in enumerate(("Head", "Tail")):
-        lines.append(f"| {key} | " + " | ".join(f"{PAPER[m][i]:.2f}" for m in methods) + " |")
-    return "\n".join(lines) + "\n"
+        others = [m for m in methods if m != "baseline"]
+        lines += ["Difference to the baseline of the same seed (percentage points, mean ± std over seeds):", "",
+                  markdown_grid(["", *(METHOD_TITLES[m] for m in others)], [
+                      [key.capitalize()] + [
+                          format_mean_std(mean_std([r[key] - base[(r["seed"], key)] for r in results if r["method"] == m]))
+                          for m in others]
+                      for key in ("head", "tail")
+                  ], align="l" + "r" * len(others))]
+    lines += ["Paper (Table 5, MS-Celeb-1M mini, 50 vs 5 training samples):", "",
+              markdown_grid(["", *titles], [[key] + [f"{PAPER[m][i]:.2f}" for m in methods]
+                                            for i, key in enumerate(("Head", "Tail"))], align="l" + "r" * len(methods))]
+    return "\n".join(lines)
 
 
 def run_study(cfg: UnbalancedStudyConfig, out_dir: str | Path, seeds: Sequence[int] = (0, 1, 2),
