@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from dmlkit.data.category_samplers import HardCategoryBatchSampler, RandomClassBatchSampler
+from dmlkit.data.samplers.fastap import HardCategoryBatchSampler, RandomClassBatchSampler
 
 # 40 classes with 2..6 images each, shuffled item order; class c belongs to category c % 5,
 # except classes 35..39 which have no category (-1).

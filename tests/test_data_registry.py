@@ -22,7 +22,7 @@ from dmlkit.data import (
     prepare_dataset,
     subset_classes,
 )
-from dmlkit.data import glyphs as G
+from dmlkit.data.datasets import glyphs as G
 from dataset_miniatures import MINIATURES as BENCHMARK_MINIATURES  # noqa: E402 - tests/ helper
 
 

@@ -16,9 +16,9 @@ from PIL import Image
 import dataset_miniatures as M
 from dmlkit.data import check_dataset, create_dataset
 from dmlkit.data import downloads as D
-from dmlkit.data.cifar import CIFAR10Dataset
-from dmlkit.data.fashion_mnist import FashionMNISTDataset
-from dmlkit.data.mnist import MNISTDataset, read_idx
+from dmlkit.data.datasets.cifar import CIFAR10Dataset
+from dmlkit.data.datasets.fashion_mnist import FashionMNISTDataset
+from dmlkit.data.datasets.mnist import MNISTDataset, read_idx
 
 
 # ----------------------------------------------------------------- CUB
@@ -204,7 +204,7 @@ def test_vehicleid_needs_model_attributes(tmp_path):
 
 
 def test_vehicleid_category_sampler_sees_unlabelled_classes(tmp_path):
-    from dmlkit.data.category_samplers import HardCategoryBatchSampler
+    from dmlkit.data.samplers.fastap import HardCategoryBatchSampler
 
     root = M.write_vehicleid(tmp_path, per_list=12, per_vehicle=2)
     train = create_dataset("vehicleid", "train", root=root, image_size=16)

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from dmlkit.cli import main
-from dmlkit.data.image_folder import IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset
+from dmlkit.data.datasets.image_folder import IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataset
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.search import ImagePreprocess, embed_images, list_images, load_embeddings, load_run_model
 from search_helpers import tiny_search_run, write_glyph_folder

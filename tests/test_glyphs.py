@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from dmlkit.data import GLYPHS_MEAN, GLYPHS_STD, GlyphAugment, GlyphAugmentConfig, GlyphsDataset, check_dataset
-from dmlkit.data import glyphs as G
+from dmlkit.data.datasets import glyphs as G
 from dmlkit.data.cache import save_npz_atomic
-from dmlkit.data.glyph_render import GLYPH_FONTS, GlyphRenderer, font_paths, glyph_category, is_candidate
-from dmlkit.data.transforms import change_stroke, gaussian_blur
+from dmlkit.data.datasets.glyph_render import GLYPH_FONTS, GlyphRenderer, font_paths, glyph_category, is_candidate
+from dmlkit.data.transforms.glyph_augment import change_stroke, gaussian_blur
 
 
 @pytest.fixture(scope="module")

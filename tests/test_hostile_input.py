@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dmlkit.config import load_config
-from dmlkit.data.samplers import MPerClassBatchSampler
+from dmlkit.data.samplers.m_per_class import MPerClassBatchSampler
 from dmlkit.engine.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from dmlkit.evaluation import clustering_metrics, retrieval_metrics
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from dmlkit.data.image_transforms import (
+from dmlkit.data.transforms.image_crops import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     EvalTransform,

@@ -11,19 +11,19 @@ import inspect
 from pathlib import Path
 from typing import Any
 
-from dmlkit.data.base import DMLDataset
+from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.config import DataConfig
-from dmlkit.data.collage import GlyphCollageDataset
-from dmlkit.data.glyphs import GlyphsDataset
-from dmlkit.data.image_folder import ImageFolderDataset
-from dmlkit.data.cars import CarsDataset
-from dmlkit.data.cifar import CIFAR10Dataset, CIFAR100Dataset
-from dmlkit.data.cub import CUBDataset
-from dmlkit.data.fashion_mnist import FashionMNISTDataset
-from dmlkit.data.inshop import InShopDataset
-from dmlkit.data.mnist import MNISTDataset
-from dmlkit.data.sop import SOPDataset
-from dmlkit.data.vehicleid import VehicleIDDataset
+from dmlkit.data.datasets.collage import GlyphCollageDataset
+from dmlkit.data.datasets.glyphs import GlyphsDataset
+from dmlkit.data.datasets.image_folder import ImageFolderDataset
+from dmlkit.data.datasets.cars import CarsDataset
+from dmlkit.data.datasets.cifar import CIFAR10Dataset, CIFAR100Dataset
+from dmlkit.data.datasets.cub import CUBDataset
+from dmlkit.data.datasets.fashion_mnist import FashionMNISTDataset
+from dmlkit.data.datasets.inshop import InShopDataset
+from dmlkit.data.datasets.mnist import MNISTDataset
+from dmlkit.data.datasets.sop import SOPDataset
+from dmlkit.data.datasets.vehicleid import VehicleIDDataset
 from dmlkit.data.splits import class_disjoint_split, class_fold_split, subset_classes
 from dmlkit.registry import Registry, check_kwargs
 

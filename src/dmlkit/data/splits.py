@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from dmlkit.data.base import DMLDataset, _as_index_list
+from dmlkit.data.datasets.base import DMLDataset, _as_index_list
 from dmlkit.data.seeding import make_generator
 
 

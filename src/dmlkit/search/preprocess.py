@@ -24,8 +24,8 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from dmlkit.config import ExperimentConfig
-from dmlkit.data.glyphs import GLYPHS_MEAN, GLYPHS_STD
-from dmlkit.data.image_folder import IMAGE_SUFFIXES, IMAGENET_MEAN, IMAGENET_STD
+from dmlkit.data.datasets.glyphs import GLYPHS_MEAN, GLYPHS_STD
+from dmlkit.data.datasets.image_folder import IMAGE_SUFFIXES, IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["IMAGE_SUFFIXES", "ImagePreprocess", "MAX_IMAGE_PIXELS", "preprocess_for_config"]
 

@@ -4,7 +4,7 @@ Set-up (thesis values unless marked *ours*):
 
 * 16 classes, 4 trainable tokens per class and 4 background tokens shared by
   all classes; a sample is a bag of 50 tokens with class fraction
-  ``mu~ ~ N(0.5, 0.1)`` (``dmlkit.data.synthetic``);
+  ``mu~ ~ N(0.5, 0.1)`` (``dmlkit.data.datasets.synthetic``);
 * token vectors are clamped to ``[-0.3, 0.3]`` after every step; the pooled
   vector is the embedding, with no normalisation;
 * Adam, learning rate 1e-4, batches of 4 samples x 16 classes, early stopping
@@ -51,7 +51,7 @@ from pytorch_metric_learning.distances import LpDistance
 from torch import nn
 
 from dmlkit.data.seeding import make_generator
-from dmlkit.data.synthetic import TokenSpec, balanced_labels, sample_token_bags
+from dmlkit.data.datasets.synthetic import TokenSpec, balanced_labels, sample_token_bags
 from dmlkit.evaluation import retrieval_metrics
 from dmlkit.losses import create_loss
 from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss

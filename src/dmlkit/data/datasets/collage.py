@@ -39,11 +39,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dmlkit.data.glyphs import (
+from dmlkit.data.datasets.glyphs import (
     GLYPHS_MEAN, GLYPHS_STD, REFERENCE_SIZE, StoredGlyphImages, load_glyph_table, prepare_glyphs, split_class_range,
 )
 from dmlkit.data.seeding import check_seed, make_generator
-from dmlkit.data.transforms import GlyphAugment, GlyphAugmentConfig
+from dmlkit.data.transforms.glyph_augment import GlyphAugment, GlyphAugmentConfig
 
 __all__ = ["GlyphCollageDataset", "collage_layout"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlkit.data.image_list import ImageList, ImageListDataset, read_rows, relabel
+from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, read_rows, relabel
 
 EVAL_FILE = "Eval/list_eval_partition.txt"
 

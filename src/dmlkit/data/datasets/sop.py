@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlkit.data.image_list import ImageList, ImageListDataset, parse_int, read_rows, relabel
+from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, parse_int, read_rows, relabel
 
 
 def super_class_name(relative_path: str) -> str:

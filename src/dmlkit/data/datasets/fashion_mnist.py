@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dmlkit.data.cache import dataset_dir
-from dmlkit.data.mnist import IDX_NAMES, IdxDataset, mnist_files
+from dmlkit.data.datasets.mnist import IDX_NAMES, IdxDataset, mnist_files
 
 DEBIAN_FOLDER = Path("/usr/share/datasets/fashion-mnist")
 

@@ -58,9 +58,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dmlkit.data.base import DMLDataset, _as_index_list
+from dmlkit.data.datasets.base import DMLDataset, _as_index_list
 from dmlkit.data.cache import dataset_dir, save_npz_atomic
-from dmlkit.data.glyph_render import (
+from dmlkit.data.datasets.glyph_render import (
     GLYPH_FONTS,
     font_coverage,
     font_paths,
@@ -70,7 +70,7 @@ from dmlkit.data.glyph_render import (
     render_font_table,
 )
 from dmlkit.data.seeding import check_seed
-from dmlkit.data.transforms import GlyphAugment, GlyphAugmentConfig
+from dmlkit.data.transforms.glyph_augment import GlyphAugment, GlyphAugmentConfig
 
 GLYPHS_VERSION = "1"
 REFERENCE_SIZE = 32

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlkit.data.image_list import ImageList, ImageListDataset, parse_int, read_rows, relabel
+from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, parse_int, read_rows, relabel
 
 SPLIT_FILES = {
     "train": "train_test_split/train_list.txt",

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlkit.data.image_list import ImageList, ImageListDataset, first_half_split
+from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, first_half_split
 
 HOW_TO_GET_CARS = (
     "Download car_ims.tgz and cars_annos.mat of Stanford Cars (https://ai.stanford.edu/~jkrause/cars/car_dataset.html, "

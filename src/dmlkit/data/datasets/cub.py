@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlkit.data.image_list import ImageList, ImageListDataset, first_half_split, parse_int, read_rows
+from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, first_half_split, parse_int, read_rows
 
 
 class CUBDataset(ImageListDataset):

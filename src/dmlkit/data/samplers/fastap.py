@@ -61,7 +61,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from torch import Tensor
-from dmlkit.data.samplers import EpochBatchSampler
+from dmlkit.data.samplers.m_per_class import EpochBatchSampler
 
 from dmlkit.data.seeding import check_seed, make_generator
 

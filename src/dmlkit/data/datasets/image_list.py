@@ -2,7 +2,7 @@
 
 ``ImageListDataset`` holds, per split, the image paths, their labels
 ``0..C-1``, the class names and the class super-categories; it loads an image
-with PIL (RGB) and applies the paper transforms (``image_transforms``): the
+with PIL (RGB) and applies the paper transforms (``dmlkit.data.transforms.image_crops``): the
 random train transform when ``augment`` (drawn from ``(seed, epoch, index)``),
 else the resize + centre-crop evaluation transform.
 
@@ -36,11 +36,11 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-from dmlkit.data.base import DMLDataset
+from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.cache import dataset_dir
-from dmlkit.data.image_transforms import EvalTransform, PaperTransformConfig, TrainTransform
+from dmlkit.data.transforms.image_crops import EvalTransform, PaperTransformConfig, TrainTransform
 from dmlkit.data.seeding import check_seed, make_generator
-from dmlkit.data.unreadable import check_on_corrupt, readable_indices
+from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices
 
 __all__ = ["ImageList", "ImageListDataset", "default_resize", "first_half_split", "read_rows"]
 

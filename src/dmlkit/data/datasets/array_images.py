@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from dmlkit.data.base import DMLDataset, _as_index_list
+from dmlkit.data.datasets.base import DMLDataset, _as_index_list
 from dmlkit.data.seeding import check_seed, make_generator
 
 __all__ = ["ArrayImageDataset", "ImageArrays"]

@@ -24,9 +24,9 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-from dmlkit.data.base import DMLDataset, no_categories
+from dmlkit.data.datasets.base import DMLDataset, no_categories
 from dmlkit.data.seeding import make_generator
-from dmlkit.data.unreadable import check_on_corrupt, readable_indices
+from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dmlkit.data.array_images import ArrayImageDataset, ImageArrays
+from dmlkit.data.datasets.array_images import ArrayImageDataset, ImageArrays
 from dmlkit.data.cache import dataset_dir
 from dmlkit.data.downloads import RemoteFile, ensure_file, extract_tar
 

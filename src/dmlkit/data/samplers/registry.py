@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dmlkit.data.category_samplers import HardCategoryBatchSampler, RandomClassBatchSampler
-from dmlkit.data.samplers import MPerClassBatchSampler
+from dmlkit.data.samplers.fastap import HardCategoryBatchSampler, RandomClassBatchSampler
+from dmlkit.data.samplers.m_per_class import MPerClassBatchSampler
 from dmlkit.registry import Registry, check_kwargs
 
 BATCH_SAMPLERS: Registry = Registry("batch sampler")

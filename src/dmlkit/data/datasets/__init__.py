@@ -1,0 +1,13 @@
+"""The datasets: each file is one dataset (or one base that several share), registered by name in ``dmlkit.data.catalog``.
+
+- ``base``: ``DMLDataset``, the interface every dataset follows, and ``check_dataset``;
+- ``glyphs`` (+ ``glyph_render``: fonts and rendering): the embedded default dataset;
+  ``collage``: ``glyph_collage``, the thesis' collage study built from the glyphs;
+- ``array_images``: base of the small in-memory datasets ``mnist``, ``fashion_mnist``, ``cifar``;
+- ``image_list``: base of the benchmarks read from their official annotation files ``cub``, ``cars``,
+  ``sop``, ``inshop``, ``vehicleid``; ``image_folder``: a user's own images, one sub-folder per class;
+  ``unreadable``: finding and skipping corrupt image files;
+- ``synthetic``: the token bags of the synthetic GSP study.
+
+Import the datasets through ``dmlkit.data`` (``create_dataset``, ``GlyphsDataset``, ...).
+"""

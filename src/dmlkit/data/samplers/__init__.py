@@ -1,0 +1,6 @@
+"""Batch samplers: which images form a batch, seeded by ``(seed, epoch)`` so a resumed run replays its batches.
+
+- ``m_per_class``: ``EpochBatchSampler`` (their base) and ``MPerClassBatchSampler``, ``m`` images of each class;
+- ``fastap``: FastAP's class- and category-based sampling (``RandomClassBatchSampler``, ``HardCategoryBatchSampler``);
+- ``registry``: the samplers by name, ``create_batch_sampler`` / ``list_batch_samplers`` (also in ``dmlkit.data``).
+"""
