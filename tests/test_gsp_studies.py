@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from dmlkit.data import check_dataset, class_disjoint_split, create_dataset
 from dmlkit.data.datasets.glyphs import load_glyph_table
 from dmlkit.data.datasets.synthetic import TokenSpec, balanced_labels, sample_token_bags
-from dmlkit.evaluation.pcc import covering_radius, pcc_diagnostics, pcc_embedding, prototype_histogram
+from dmlkit.evaluation.pcc import pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
 from dmlkit.proxies.kcenter import greedy_k_center
 
 
@@ -148,7 +148,7 @@ def test_proposition_4_2_1_error_bounded_by_covering_radius(seed, b, n, d, k):
     x = x / x.norm(dim=-1, keepdim=True).clamp(min=1.0) * torch.rand(b, n, 1, generator=g, dtype=torch.float64)  # unit ball
     points = x.reshape(-1, d)
     v = points[greedy_k_center(points, min(k, points.shape[0]))]
-    delta = covering_radius(points, v)
+    delta = prototype_cover_delta(points, v)
     err = (pcc_embedding(x, v) - x.mean(1)).norm(dim=-1)
     assert float(err.max()) <= delta + 1e-12
     if delta <= 1.0:  # the statement of Proposition 4.2.1, err^2 <= delta, follows from err <= delta when delta <= 1

@@ -8,8 +8,9 @@ Given local features ``X = [x_j]`` (``n`` per image) and prototypes ``V = [v_i]`
   feature's mass on its nearest prototype: ``p*_i = #{j : i = argmin_k ||v_k - x_j||} / n``;
 * PCC embedding: ``sum_i p*_i v_i``, the convex combination of the prototypes
   (Sec. 4.3, Fig. 4.4); GAP is ``(1/n) sum_j x_j``;
-* covering radius: ``delta = max_j min_i ||x_j - v_i||``, the smallest ``delta``
-  for which ``V`` is a delta-cover of the features.
+* ``prototype_cover_delta``: ``delta = max_j min_i ||x_j - v_i||``, the covering radius
+  of the features by the prototypes (the smallest ``delta`` for which ``V`` is a delta-cover);
+  not ``dmlkit.proxies.covering_radius``, the per-class k-centre radius of Sec. 3.3.1.
 
 Proposition 4.2.1 bounds the error ``||PCC - GAP||_2^2 <= delta`` for features
 in the unit ball. The direct argument gives the stronger chain used as the
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["covering_radius", "nearest_prototype", "pcc_diagnostics", "pcc_embedding", "prototype_histogram"]
+__all__ = ["nearest_prototype", "pcc_diagnostics", "pcc_embedding", "prototype_cover_delta", "prototype_histogram"]
 
 
 def _check(features: torch.Tensor, prototypes: torch.Tensor) -> None:
@@ -54,7 +55,7 @@ def pcc_embedding(features: torch.Tensor, prototypes: torch.Tensor) -> torch.Ten
     return prototype_histogram(features, prototypes) @ prototypes
 
 
-def covering_radius(points: torch.Tensor, prototypes: torch.Tensor) -> float:
+def prototype_cover_delta(points: torch.Tensor, prototypes: torch.Tensor) -> float:
     """``max_x min_v ||x - v||`` over the rows of ``points (N, d)``: the delta of the delta-cover."""
     if points.ndim != 2:
         raise ValueError(f"points must be (N, d), got shape {tuple(points.shape)}")

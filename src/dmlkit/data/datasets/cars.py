@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, first_half_split
+from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, first_half_split
 
 HOW_TO_GET_CARS = (
     "Download car_ims.tgz and cars_annos.mat of Stanford Cars (https://ai.stanford.edu/~jkrause/cars/car_dataset.html, "
@@ -66,7 +66,7 @@ class CarsDataset(ImageListDataset):
     SUBFOLDERS = ("stanford_cars", "cars196", "Cars196")
     HOW_TO_GET = HOW_TO_GET_CARS
 
-    def _read(self, folder: Path, split: str) -> ImageList:
+    def _read(self, folder: Path, split: str) -> AnnotatedSplit:
         if (folder / "cars_annos.mat").is_file():
             paths, classes, names = self._read_all_in_one(folder)
         else:
@@ -79,7 +79,7 @@ class CarsDataset(ImageListDataset):
         zero_based = [c - 1 for c in classes]
         keep, split_classes = first_half_split(zero_based, len(names), split)
         remap = {c: k for k, c in enumerate(split_classes)}
-        return ImageList(
+        return AnnotatedSplit(
             paths=[paths[i] for i in keep],
             classes=[remap[zero_based[i]] for i in keep],
             class_names=[names[c] for c in split_classes],

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, first_half_split, parse_int, read_rows
+from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, first_half_split, parse_int, read_rows
 
 
 class CUBDataset(ImageListDataset):
@@ -32,7 +32,7 @@ class CUBDataset(ImageListDataset):
         "and set data.root to the folder holding CUB_200_2011/ (or to CUB_200_2011/ itself)."
     )
 
-    def _read(self, folder: Path, split: str) -> ImageList:
+    def _read(self, folder: Path, split: str) -> AnnotatedSplit:
         images_txt = self.require(folder, "images.txt")
         labels_txt = self.require(folder, "image_class_labels.txt")
         classes_txt = self.require(folder, "classes.txt")
@@ -51,7 +51,7 @@ class CUBDataset(ImageListDataset):
         classes = [position[labels[i]] for i in ids]
         keep, split_classes = first_half_split(classes, len(class_ids), split)
         remap = {c: k for k, c in enumerate(split_classes)}
-        return ImageList(
+        return AnnotatedSplit(
             paths=[folder / "images" / names[ids[i]] for i in keep],
             classes=[remap[classes[i]] for i in keep],
             class_names=[class_rows[c][1] for c in split_classes],

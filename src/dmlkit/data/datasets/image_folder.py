@@ -53,7 +53,7 @@ def scan_split(folder: Path) -> tuple[list[str], list[Path], list[int]]:
     return classes, paths, labels
 
 
-def random_resized_crop_box(width: int, height: int, generator: torch.Generator) -> tuple[int, int, int, int]:
+def _mild_random_crop_corners(width: int, height: int, generator: torch.Generator) -> tuple[int, int, int, int]:
     """A crop box ``(left, top, right, bottom)`` with area scale in (0.6, 1) and aspect ratio in (3/4, 4/3)."""
     u = torch.rand(4, generator=generator).tolist()
     area = width * height * (0.6 + 0.4 * u[0])
@@ -106,7 +106,7 @@ class ImageFolderDataset(DMLDataset):
         img = self._load(index)
         if self.augment:
             gen = make_generator(self.seed, self.epoch, index)
-            img = img.crop(random_resized_crop_box(img.width, img.height, gen))
+            img = img.crop(_mild_random_crop_corners(img.width, img.height, gen))
             if torch.rand(1, generator=gen).item() < 0.5:
                 img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         img = img.resize((self.image_size, self.image_size), Image.Resampling.BILINEAR)

@@ -6,7 +6,7 @@ with PIL (RGB) and applies the paper transforms (``dmlkit.data.transforms.image_
 random train transform when ``augment`` (drawn from ``(seed, epoch, index)``),
 else the resize + centre-crop evaluation transform.
 
-A subclass implements ``_read(folder, split) -> ImageList`` and names, in
+A subclass implements ``_read(folder, split) -> AnnotatedSplit`` and names, in
 class attributes, the file that marks its dataset folder (``MARKER``), the
 sub-folder the official archive extracts to (``SUBFOLDERS``), and how to get
 the data (``HOW_TO_GET``). ``data.root`` may be the extracted folder itself or
@@ -42,11 +42,11 @@ from dmlkit.data.transforms.image_crops import EvalTransform, PaperTransformConf
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices
 
-__all__ = ["ImageList", "ImageListDataset", "default_resize", "first_half_split", "read_rows"]
+__all__ = ["AnnotatedSplit", "ImageListDataset", "default_resize", "first_half_split", "read_rows"]
 
 
 @dataclass
-class ImageList:
+class AnnotatedSplit:
     """One split as read from the annotation files: images, their class indices, class descriptions.
 
     ``classes[i]`` indexes ``class_names``; ``class_categories[c]`` indexes
@@ -188,7 +188,7 @@ class ImageListDataset(DMLDataset):
                 f"extraction?). {self.HOW_TO_GET}"
             )
 
-    def _read(self, folder: Path, split: str) -> ImageList:  # pragma: no cover - abstract
+    def _read(self, folder: Path, split: str) -> AnnotatedSplit:  # pragma: no cover - abstract
         raise NotImplementedError
 
     # ------------------------------------------------------------ items
@@ -224,11 +224,11 @@ class ImageListDataset(DMLDataset):
         return x, int(self.labels[index])
 
 
-def _first_classes(data: ImageList, max_classes: int) -> ImageList:
+def _first_classes(data: AnnotatedSplit, max_classes: int) -> AnnotatedSplit:
     if isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1:
         raise ValueError(f"max_classes must be a positive int or None, got {max_classes!r}")
     keep = [i for i, c in enumerate(data.classes) if c < max_classes]
-    return ImageList(
+    return AnnotatedSplit(
         paths=[data.paths[i] for i in keep],
         classes=[data.classes[i] for i in keep],
         class_names=data.class_names[:max_classes],

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, read_rows, relabel
+from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, read_rows, relabel
 
 EVAL_FILE = "Eval/list_eval_partition.txt"
 
@@ -44,7 +44,7 @@ class InShopDataset(ImageListDataset):
         "Eval/list_eval_partition.txt and Img/img.zip, extract img.zip so that img/ sits beside Eval/, and set data.root to that folder."
     )
 
-    def _read(self, folder: Path, split: str) -> ImageList:
+    def _read(self, folder: Path, split: str) -> AnnotatedSplit:
         eval_file = self.require(folder, EVAL_FILE)
         rows = read_rows(eval_file, 3, self.NAME, skip=2)
         statuses = {r[2] for r in rows}
@@ -70,7 +70,7 @@ class InShopDataset(ImageListDataset):
                 )
             labels, items = relabel([r[1] for r in table], sorted(query))
         base = folder if not table or (folder / table[0][0]).exists() or not (folder / "Img").is_dir() else folder / "Img"
-        return ImageList(
+        return AnnotatedSplit(
             paths=[base / r[0] for r in table],
             classes=labels,
             class_names=[str(i) for i in items],

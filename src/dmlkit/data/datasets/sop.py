@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, parse_int, read_rows, relabel
+from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, parse_int, read_rows, relabel
 
 
 def super_class_name(relative_path: str) -> str:
@@ -39,7 +39,7 @@ class SOPDataset(ImageListDataset):
         "set data.root to the folder holding Stanford_Online_Products/ (or to that folder itself)."
     )
 
-    def _read(self, folder: Path, split: str) -> ImageList:
+    def _read(self, folder: Path, split: str) -> AnnotatedSplit:
         # both lists are read so that super-category ids and names agree between the splits
         lists = {s: self.require(folder, f"Ebay_{s}.txt") for s in ("train", "test")}
         rows = {s: read_rows(p, 4, self.NAME, skip=1) for s, p in lists.items()}
@@ -55,7 +55,7 @@ class SOPDataset(ImageListDataset):
         class_category = {}
         for (_, c, sup, _), cid in zip(table, class_ids):
             class_category.setdefault(cid, category_index[int(sup)])
-        return ImageList(
+        return AnnotatedSplit(
             paths=[folder / rel for _, _, _, rel in table],
             classes=labels,
             class_names=[f"product_{c}" for c in distinct],

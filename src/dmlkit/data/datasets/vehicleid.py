@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dmlkit.data.datasets.image_list import ImageList, ImageListDataset, parse_int, read_rows, relabel
+from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, parse_int, read_rows, relabel
 
 SPLIT_FILES = {
     "train": "train_test_split/train_list.txt",
@@ -43,7 +43,7 @@ class VehicleIDDataset(ImageListDataset):
         "(image/, train_test_split/, attribute/), and set data.root to it or to its parent."
     )
 
-    def _read(self, folder: Path, split: str) -> ImageList:
+    def _read(self, folder: Path, split: str) -> AnnotatedSplit:
         list_file = self.require(folder, SPLIT_FILES[split])
         model_file = self.require(folder, MODEL_FILE)
         model_of = {
@@ -55,7 +55,7 @@ class VehicleIDDataset(ImageListDataset):
         rows = read_rows(list_file, 2, self.NAME)
         vehicles = [parse_int(v.split()[0], list_file, self.NAME) for _, v in rows]
         labels, distinct = relabel(vehicles)
-        return ImageList(
+        return AnnotatedSplit(
             paths=[folder / "image" / f"{name}.jpg" for name, _ in rows],
             classes=labels,
             class_names=[f"vehicle_{v}" for v in distinct],
