@@ -20,12 +20,12 @@ SEARCH_OVERRIDES = TINY_OVERRIDES + ["train.max_steps=4", "train.val_every=4", "
 def tiny_search_run(tmp_path_factory) -> Path:
     """A finished tiny glyphs run (16-d embeddings), trained once per session."""
     from dmlkit.config import load_config
-    from dmlkit.engine.trainer import Trainer
+    from dmlkit.assemble import build_trainer
 
     run_dir = tmp_path_factory.getbasetemp() / "search-tiny-run"
     if not (run_dir / "best.pt").is_file():
         cfg = load_config("configs/quickstart.yaml", SEARCH_OVERRIDES)
-        Trainer(cfg, run_dir, quiet=True).fit()
+        build_trainer(cfg, run_dir, quiet=True).fit()
     return run_dir
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from dmlkit.data import create_batch_sampler, create_dataset, list_batch_samplers
-from dmlkit.engine.trainer import Trainer
+from dmlkit.assemble import build_trainer
 from test_engine import tiny_config
 
 
@@ -41,5 +41,5 @@ def test_unknown_sampler_parameter(glyphs_train):
 
 def test_trainer_runs_fastap_with_random_class_batches(tmp_path):
     cfg = tiny_config("loss.name=fastap", "loss.miner=null", "train.sampler=fastap_random", "train.max_steps=4")
-    summary = Trainer(cfg, tmp_path / "fastap", quiet=True).fit()
+    summary = build_trainer(cfg, tmp_path / "fastap", quiet=True).fit()
     assert 0 <= summary["test"]["precision_at_1"] <= 1

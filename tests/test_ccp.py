@@ -11,14 +11,14 @@ from pytorch_metric_learning import miners as pml_miners
 
 from dmlkit.config import load_config
 from dmlkit.engine.callbacks import Callback
-from dmlkit.engine.ccp import ProjectionStopping
+from dmlkit.methods.ccp import CCP, ProjectionStopping
 from dmlkit.engine.checkpoint import load_checkpoint
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.optim import parameter_groups
-from dmlkit.engine.trainer import Trainer, build_model
+from dmlkit.assemble import build_model, build_trainer, resume_trainer
 from dmlkit.losses import create_loss
-from dmlkit.proxies import CCPConfig, ProjectionRegularizer, ProxyBank, ProxyPairLoss, build_ccp_loss, greedy_k_center
-from tests_helpers import TINY_OVERRIDES
+from dmlkit.proxies import CCPConfig, ProjectionRegularizer, ProxyBank, ProxyPairLoss, greedy_k_center
+from tests_helpers import TINY_OVERRIDES, fake_train_set
 
 # ----------------------------------------------------------------------------- proxy-based loss (Eq. 3.2.11)
 
@@ -63,13 +63,14 @@ def test_miner_mines_against_the_proxies():
     assert float(wrapped(x, y).detach()) == pytest.approx(float(expected), rel=1e-6)
 
 
-def test_build_ccp_loss_and_bad_input():
-    loss = create_loss("contrastive")
-    assert build_ccp_loss(CCPConfig(), loss, None, 4, 8) == (loss, None)
-    wrapped, miner = build_ccp_loss(CCPConfig(enabled=True, proxies_per_class=2, pool_size=3), loss, None, 4, 8)
-    assert isinstance(wrapped, ProxyPairLoss) and miner is None and wrapped.bank.proxies.shape == (8, 8)
+def test_ccp_method_wraps_the_loss_and_bad_input():
+    assert CCP.from_config(load_config("configs/quickstart.yaml")) is None
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3"])
+    metric = build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0]
+    assert isinstance(metric.loss, ProxyPairLoss) and metric.miner is None and metric.loss.bank.proxies.shape == (8, 16)
+    proxy_loss = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["loss.name=proxy_anchor", "loss.miner=null"])
     with pytest.raises(ValueError, match="pair or tuple loss"):
-        build_ccp_loss(CCPConfig(enabled=True), create_loss("proxy_anchor", num_classes=4, embedding_size=8), None, 4, 8)
+        build_model(proxy_loss, fake_train_set(torch.arange(4).repeat(8)))
     with pytest.raises(ValueError, match="pool_size"):
         CCPConfig(proxies_per_class=8, pool_size=4)
     with pytest.raises(ValueError, match="lam"):
@@ -79,7 +80,7 @@ def test_build_ccp_loss_and_bad_input():
     with pytest.raises(ValueError, match="max_projections"):
         CCPConfig(max_projections=0)
     with pytest.raises(ValueError, match="ref_emb"):
-        wrapped(torch.randn(2, 8), torch.tensor([0, 1]), ref_emb=torch.randn(2, 8))
+        metric.loss(torch.randn(2, 16), torch.tensor([0, 1]), ref_emb=torch.randn(2, 16))
 
 
 # ----------------------------------------------------------------------------- projection term (Eq. 3.2.10-3.2.11)
@@ -135,8 +136,10 @@ def test_reinitialize_takes_k_center_samples_of_each_class():
 
 def test_proxies_get_their_own_learning_rate():
     cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxy_lr_mult=10", "train.loss_lr=0.002"])
-    model, objective = build_model(cfg, 1, torch.arange(4).repeat(4), 4)
-    groups = {g["name"]: g for g in parameter_groups(model, objective, cfg.train)}
+    built = build_model(cfg, fake_train_set(torch.arange(4).repeat(cfg.ccp.pool_size)))
+    claimed = [g for m in built.methods for g in m.param_groups(cfg.train)]
+    objective = built.objective
+    groups = {g["name"]: g for g in parameter_groups(built.model, objective, cfg.train, claimed)}
     assert groups["loss_x10"]["lr"] == pytest.approx(0.02)
     assert groups["loss_x10"]["params"][0].shape == (4 * cfg.ccp.proxies_per_class, 16)
     assert "loss" not in groups  # no other objective parameter
@@ -219,7 +222,7 @@ class WatchProjections(Callback):
 def ccp_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("ccp") / "full"
     watch = WatchProjections()
-    summary = Trainer(ccp_config(), run_dir, callbacks=[watch], quiet=True).fit()
+    summary = build_trainer(ccp_config(), run_dir, callbacks=[watch], quiet=True).fit()
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return run_dir, summary, records, watch
 
@@ -256,7 +259,7 @@ def test_roll_forward_restores_best_weights_and_reinitialises_proxies_from_sampl
 
 def test_more_proxies_than_samples_of_a_class_is_reported_before_training(tmp_path):
     with pytest.raises(ValueError, match="ccp.proxies_per_class=17 but training class"):
-        Trainer(ccp_config("ccp.proxies_per_class=17", "ccp.pool_size=17"), tmp_path / "run", quiet=True).fit()
+        build_trainer(ccp_config("ccp.proxies_per_class=17", "ccp.pool_size=17"), tmp_path / "run", quiet=True).fit()
 
 
 def test_resume_with_ccp_reaches_the_same_state(ccp_run, tmp_path):
@@ -270,9 +273,9 @@ def test_resume_with_ccp_reaches_the_same_state(ccp_run, tmp_path):
 
     interrupted = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
-        Trainer(ccp_config(), interrupted, callbacks=[Crash()], quiet=True).fit()
+        build_trainer(ccp_config(), interrupted, callbacks=[Crash()], quiet=True).fit()
     assert load_checkpoint(interrupted / "last.pt")["early_stopping"]["pending"] is True
-    resumed = Trainer.resume(interrupted, quiet=True).fit()
+    resumed = resume_trainer(interrupted, quiet=True).fit()
     assert resumed["ccp"] == summary["ccp"]
     assert resumed["test"] == pytest.approx(summary["test"], abs=1e-6)
     full, again = load_checkpoint(run_dir / "last.pt"), load_checkpoint(interrupted / "last.pt")

@@ -6,9 +6,9 @@ import pytest
 
 from dmlkit.cli import main
 from dmlkit.config import load_config
-from dmlkit.engine.diagnostics import run_diagnostics
-from dmlkit.engine.evaluate import embed_run, evaluate_run
-from dmlkit.engine.trainer import Trainer
+from dmlkit.report.diagnostics import run_diagnostics
+from dmlkit.assemble import embed_run, evaluate_run
+from dmlkit.assemble import build_trainer
 from tests_helpers import TINY_OVERRIDES
 
 CE = TINY_OVERRIDES + ["loss.name=ce_metric", "plots=false", "data.max_classes=12"]
@@ -17,7 +17,7 @@ CE = TINY_OVERRIDES + ["loss.name=ce_metric", "plots=false", "data.max_classes=1
 @pytest.fixture(scope="module")
 def ce_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "ce"
-    Trainer(load_config("configs/quickstart.yaml", CE + ["eval.embedding=classifier"]), run_dir, quiet=True).fit()
+    build_trainer(load_config("configs/quickstart.yaml", CE + ["eval.embedding=classifier"]), run_dir, quiet=True).fit()
     return run_dir
 
 
@@ -52,7 +52,7 @@ def test_cli_evaluate_diagnostics(ce_run, capsys):
 def test_classifier_embedding_needs_a_classifier_loss(tmp_path):
     cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["eval.embedding=classifier", "plots=false"])
     with pytest.raises(ValueError, match="ce_weak or ce_metric"):
-        Trainer(cfg, tmp_path / "ms", quiet=True).fit()
+        build_trainer(cfg, tmp_path / "ms", quiet=True).fit()
 
 
 def test_bad_embedding_source_is_rejected():

@@ -8,8 +8,9 @@ import torch
 from dmlkit.config import load_config
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import CheckpointError, load_checkpoint
-from dmlkit.engine.evaluate import evaluate_run
-from dmlkit.engine.trainer import NonFiniteLossError, Trainer
+from dmlkit.assemble import evaluate_run
+from dmlkit.assemble import build_trainer, resume_trainer
+from dmlkit.engine.trainer import NonFiniteLossError
 from tests_helpers import TINY_OVERRIDES
 
 TINY = TINY_OVERRIDES
@@ -33,7 +34,7 @@ class StopAfterValidation(Callback):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "full"
-    summary = Trainer(tiny_config(), run_dir, quiet=True).fit()
+    summary = build_trainer(tiny_config(), run_dir, quiet=True).fit()
     return run_dir, summary
 
 
@@ -67,9 +68,9 @@ def test_resume_reaches_the_same_weights_and_metrics(finished_run, tmp_path):
     run_dir, summary = finished_run
     interrupted = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
-        Trainer(tiny_config(), interrupted, callbacks=[StopAfterValidation(4)], quiet=True).fit()
+        build_trainer(tiny_config(), interrupted, callbacks=[StopAfterValidation(4)], quiet=True).fit()
     assert load_checkpoint(interrupted / "last.pt")["loop"]["step"] == 4
-    resumed = Trainer.resume(interrupted, quiet=True).fit()
+    resumed = resume_trainer(interrupted, quiet=True).fit()
     assert resumed["test"] == pytest.approx(summary["test"], abs=1e-6)
     full_last = load_checkpoint(run_dir / "last.pt")["model"]
     resumed_last = load_checkpoint(interrupted / "last.pt")["model"]
@@ -83,7 +84,7 @@ def test_existing_run_folder_is_not_overwritten(finished_run):
     run_dir, _ = finished_run
     before = (run_dir / "best.pt").read_bytes()
     with pytest.raises(ValueError, match="already holds a run"):
-        Trainer(tiny_config(), run_dir, quiet=True).fit()
+        build_trainer(tiny_config(), run_dir, quiet=True).fit()
     assert (run_dir / "best.pt").read_bytes() == before
 
 
@@ -107,7 +108,7 @@ class PoisonLoss(Callback):
 def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
     run_dir = tmp_path / "nan"
     with pytest.raises(NonFiniteLossError, match="step 6"):
-        Trainer(tiny_config(), run_dir, callbacks=[PoisonLoss(6)], quiet=True).fit()
+        build_trainer(tiny_config(), run_dir, callbacks=[PoisonLoss(6)], quiet=True).fit()
     assert load_checkpoint(run_dir / "last.pt")["loop"]["step"] == 4
     assert (run_dir / "best.pt").is_file()
 
@@ -124,19 +125,19 @@ def test_checkpoint_of_another_model_is_rejected(finished_run, tmp_path):
 
 def test_resume_needs_a_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="cannot resume"):
-        Trainer.resume(tmp_path)
+        resume_trainer(tmp_path)
 
 
 def test_unwritable_run_folder_is_reported_before_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     with pytest.raises(ValueError, match="not writable"):
-        Trainer(tiny_config(), blocker / "run", quiet=True).fit()
+        build_trainer(tiny_config(), blocker / "run", quiet=True).fit()
 
 
 def test_proxy_loss_trains_its_proxies_at_their_own_rate(tmp_path):
     cfg = tiny_config("loss.name=proxy_anchor", "loss.miner=null", "train.loss_lr=0.05", "train.head_lr=0.002", "train.max_steps=4")
-    trainer = Trainer(cfg, tmp_path / "proxy", quiet=True)
+    trainer = build_trainer(cfg, tmp_path / "proxy", quiet=True)
     trainer.fit()
     groups = {g["name"]: g["lr"] for g in trainer.optimizer.param_groups}
     assert groups == {"body": cfg.train.lr, "head": 0.002, "loss": 0.05}
@@ -150,7 +151,7 @@ def test_plateau_schedule_lowers_the_rate_without_improvement(tmp_path):
     # so after the first validation every further one counts as "no improvement".
     cfg = tiny_config("train.schedule=plateau", "train.plateau_patience=0", "train.plateau_factor=0.1",
                       "train.max_steps=12", "train.patience=10", "train.lr=1e-12")
-    trainer = Trainer(cfg, tmp_path / "plateau", quiet=True)
+    trainer = build_trainer(cfg, tmp_path / "plateau", quiet=True)
     trainer.fit()
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-14)
 
@@ -161,7 +162,7 @@ def test_plateau_schedule_lowers_the_rate_without_improvement(tmp_path):
 ])
 def test_sft_augmented_training_checkpoints_its_centres(tmp_path, overrides):
     cfg = tiny_config(*overrides, "train.max_steps=4")
-    trainer = Trainer(cfg, tmp_path / "sft", quiet=True)
+    trainer = build_trainer(cfg, tmp_path / "sft", quiet=True)
     summary = trainer.fit()
     assert 0 <= summary["test"]["precision_at_1"] <= 1
     state = load_checkpoint(tmp_path / "sft" / "last.pt")["objective"]
@@ -172,15 +173,15 @@ def test_sft_augmented_training_checkpoints_its_centres(tmp_path, overrides):
 def test_sft_d_needs_unnormalised_embeddings(tmp_path):
     cfg = tiny_config("augment.name=sft_d", "augment.normalize_input=true")
     with pytest.raises(ValueError, match="model.normalize: none"):
-        Trainer(cfg, tmp_path / "bad", quiet=True).fit()
+        build_trainer(cfg, tmp_path / "bad", quiet=True).fit()
 
 
 def test_sft_run_resumes_to_the_same_result(tmp_path):
     sft = ["augment.name=sft", "augment.lam=0.5"]
-    full = Trainer(tiny_config(*sft), tmp_path / "full", quiet=True).fit()
+    full = build_trainer(tiny_config(*sft), tmp_path / "full", quiet=True).fit()
     with pytest.raises(KeyboardInterrupt):
-        Trainer(tiny_config(*sft), tmp_path / "cut", callbacks=[StopAfterValidation(4)], quiet=True).fit()
-    resumed = Trainer.resume(tmp_path / "cut", quiet=True).fit()
+        build_trainer(tiny_config(*sft), tmp_path / "cut", callbacks=[StopAfterValidation(4)], quiet=True).fit()
+    resumed = resume_trainer(tmp_path / "cut", quiet=True).fit()
     assert resumed["test"] == pytest.approx(full["test"], abs=1e-6)
     a = load_checkpoint(tmp_path / "full" / "last.pt")["objective"]
     b = load_checkpoint(tmp_path / "cut" / "last.pt")["objective"]

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from dmlkit.config import load_config
-from dmlkit.engine.eval_model import evaluation_model
-from dmlkit.engine.evaluate import embed_run, evaluate_run
-from dmlkit.engine.trainer import Trainer
+from dmlkit.assemble import build_trainer, embed_run, evaluate_run, evaluation_model
+from dmlkit.methods import build_methods
 from tests_helpers import TINY_OVERRIDES
 
 SFT_D = ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none", "plots=false", "eval.clustering=false"]
@@ -16,7 +15,7 @@ SFT_D = ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=
 
 def test_sft_d_run_is_evaluated_on_unit_embeddings(tmp_path):
     run_dir = tmp_path / "sftd"
-    Trainer(load_config("configs/quickstart.yaml", TINY_OVERRIDES + SFT_D), run_dir, quiet=True).fit()
+    build_trainer(load_config("configs/quickstart.yaml", TINY_OVERRIDES + SFT_D), run_dir, quiet=True).fit()
     embeddings, _ = embed_run(run_dir)
     torch.testing.assert_close(embeddings.norm(dim=1), torch.ones(len(embeddings)))
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -27,6 +26,7 @@ def test_evaluation_model_sources():
     model = torch.nn.Linear(3, 2)
     assert evaluation_model(model, torch.nn.Module(), "features") is model
     x = torch.randn(4, 3)
-    torch.testing.assert_close(evaluation_model(model, torch.nn.Module(), "features", normalize=True)(x).norm(dim=1), torch.ones(4))
+    sft_d = build_methods(load_config("configs/quickstart.yaml", SFT_D))
+    torch.testing.assert_close(evaluation_model(model, torch.nn.Module(), "features", sft_d)(x).norm(dim=1), torch.ones(4))
     with pytest.raises(ValueError, match="eval.embedding"):
         evaluation_model(model, torch.nn.Module(), "logits")

@@ -19,7 +19,7 @@ from dmlkit.engine import run_folder
 from dmlkit.engine.checkpoint import load_checkpoint
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
-from dmlkit.engine.trainer import Trainer
+from dmlkit.assemble import build_trainer
 from tests_helpers import TINY_OVERRIDES
 
 RUN = TINY_OVERRIDES + ["train.log_every=1"]  # 8 steps, validation at 4 and 8
@@ -54,7 +54,7 @@ def test_sigterm_writes_last_checkpoint_and_resume_finishes_like_an_uninterrupte
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["steps"] == 8
 
-    full = Trainer(load_config("configs/quickstart.yaml", RUN), tmp_path / "full", quiet=True).fit()
+    full = build_trainer(load_config("configs/quickstart.yaml", RUN), tmp_path / "full", quiet=True).fit()
     assert resumed["test"] == pytest.approx(full["test"], abs=1e-6)
     a, b = load_checkpoint(run_dir / "last.pt")["model"], load_checkpoint(tmp_path / "full" / "last.pt")["model"]
     for key in a:
@@ -77,7 +77,7 @@ def test_full_disk_is_reported_before_training(tmp_path, monkeypatch):
     monkeypatch.setattr(run_folder.shutil, "disk_usage", lambda path: usage(2**30, 2**30 - 2**20, 2**20))
     cfg = load_config("configs/quickstart.yaml", RUN)
     with pytest.raises(ValueError, match="MiB free"):
-        Trainer(cfg, tmp_path / "run", quiet=True).fit()
+        build_trainer(cfg, tmp_path / "run", quiet=True).fit()
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

@@ -9,8 +9,9 @@ import torch
 
 from dmlkit.cli import main
 from dmlkit.config import load_config
-from dmlkit.engine.trainer import Trainer
-from dmlkit.report.gallery import GALLERY_FILE, embed_run
+from dmlkit.assemble import build_trainer
+from dmlkit.assemble import load_finished_run
+from dmlkit.report.gallery import GALLERY_FILE
 from dmlkit.viz.gallery import (
     CORRECT_COLOUR,
     QUERY_COLOUR,
@@ -110,12 +111,14 @@ def test_draw_gallery_on_an_indexable_dataset(tmp_path):
 def tiny_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("gallery") / "run"
     cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["eval.clustering=false", "plots=false"])
-    Trainer(cfg, run_dir, quiet=True).fit()
+    build_trainer(cfg, run_dir, quiet=True).fit()
     return run_dir
 
 
 def test_first_neighbours_of_all_test_images_give_the_runs_precision_at_1(tiny_run):
-    _, dataset, emb, labels = embed_run(tiny_run)
+    run = load_finished_run(tiny_run)
+    dataset = run.split("test")
+    emb, labels = run.embed(dataset)
     assert len(labels) == len(dataset)
     idx, _ = nearest_neighbours(emb, torch.arange(len(labels)), k=1)
     p_at_1 = (labels[idx[:, 0]] == labels).double().mean().item()

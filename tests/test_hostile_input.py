@@ -82,12 +82,12 @@ def test_single_class_is_refused_by_the_sampler():
 
 
 def test_single_class_training_split_is_refused_before_training(tmp_path):
-    from dmlkit.engine.trainer import Trainer
+    from dmlkit.assemble import build_trainer
     from tests_helpers import TINY_OVERRIDES
 
     cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["data.max_classes=2", "data.val_fraction=0.5", "train.batch_size=4"])
     with pytest.raises(ValueError, match="at least 2"):
-        Trainer(cfg, tmp_path / "one", quiet=True).fit()
+        build_trainer(cfg, tmp_path / "one", quiet=True).fit()
 
 
 @pytest.mark.parametrize("override,key", [

@@ -8,12 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import importlib
-
 from dmlkit.evaluation import KNNResult
+from dmlkit.evaluation import knn_certificate
 from dmlkit.evaluation import knn_search as knn
-
-knn_module = importlib.import_module("dmlkit.evaluation.knn")
 
 METHODS = ("auto", "filter", "dense")
 
@@ -120,13 +117,13 @@ def test_expansion_failures_are_caught_by_the_certificate(method, monkeypatch):
     the float32 expansion |q|^2 + |r|^2 - 2 q.r (rounding ~1e0) cannot rank
     neighbours ~1e-2 apart; the certificate must send the queries to float64."""
     calls = []
-    real = knn_module._float64_rows
+    real = knn_certificate.float64_nearest
 
     def spy(q, r, rows, *args):
         calls.append(len(rows))
         return real(q, r, rows, *args)
 
-    monkeypatch.setattr(knn_module, "_float64_rows", spy)
+    monkeypatch.setattr(knn_certificate, "float64_nearest", spy)
     z = 1e-2 * randn(160, 3, seed=9)
     z[:80, 0] += 1000.0
     z[80:, 0] -= 1000.0
@@ -176,7 +173,7 @@ def test_tiles_stay_within_the_memory_budget(monkeypatch):
         sizes.append(a.shape[0] * b.shape[1])
         return real_mm(a, b, *args, **kwargs)
 
-    monkeypatch.setattr(knn_module.torch, "mm", spy)
+    monkeypatch.setattr(torch, "mm", spy)
     x = randn(1000, 4, seed=8)
     budget = 128 * 128 * 4
     knn(x, 5, max_block_bytes=budget)

@@ -18,7 +18,7 @@ from dmlkit.losses.soft_triple_regularizer import MergingCentersRegularizer
 from dmlkit.losses import (
     CrossBatchMemoryLoss,
     LossConfig,
-    build_objective,
+    build_loss,
     create_loss,
     create_miner,
     default_miner,
@@ -350,38 +350,38 @@ def test_xbm_errors():
 def test_loss_config_defaults_build_ms_with_its_miner():
     cfg = LossConfig()
     assert (cfg.name, cfg.params, cfg.miner, cfg.miner_params) == ("multi_similarity", {}, "default", {})
-    loss, miner = build_objective(cfg, num_classes=NUM_CLASSES, embedding_size=EMB)
+    loss, miner = build_loss(cfg, num_classes=NUM_CLASSES, embedding_size=EMB)
     assert isinstance(loss, pml_losses.MultiSimilarityLoss) and isinstance(miner, pml_miners.MultiSimilarityMiner)
     emb, labels = batch()
     assert torch.isfinite(loss(emb, labels, miner(emb, labels)))
 
 
-def test_build_objective_variants():
-    loss, miner = build_objective(LossConfig(name="multi_similarity", miner=None), NUM_CLASSES, EMB)
+def test_build_loss_variants():
+    loss, miner = build_loss(LossConfig(name="multi_similarity", miner=None), NUM_CLASSES, EMB)
     assert miner is None
-    loss, miner = build_objective(
+    loss, miner = build_loss(
         LossConfig(name="triplet", params={"margin": 0.2}, miner="triplet_margin", miner_params={"margin": 0.1}),
         NUM_CLASSES,
         EMB,
     )
     assert loss.margin == 0.2 and miner.margin == 0.1
-    loss, miner = build_objective(LossConfig(name="proxy_anchor"), NUM_CLASSES, EMB)
+    loss, miner = build_loss(LossConfig(name="proxy_anchor"), NUM_CLASSES, EMB)
     assert miner is None and loss.proxies.shape == (NUM_CLASSES, EMB)
 
 
-def test_build_objective_xbm_routes_miner_into_memory():
-    loss, miner = build_objective(
+def test_build_loss_xbm_routes_miner_into_memory():
+    loss, miner = build_loss(
         LossConfig(name="xbm", params={"loss": "contrastive"}, miner="multi_similarity"), NUM_CLASSES, EMB
     )
     assert miner is None and isinstance(loss.miner, pml_miners.MultiSimilarityMiner)
     with pytest.raises(ValueError, match="not both"):
-        build_objective(LossConfig(name="xbm", params={"miner": None}, miner="multi_similarity"), NUM_CLASSES, EMB)
+        build_loss(LossConfig(name="xbm", params={"miner": None}, miner="multi_similarity"), NUM_CLASSES, EMB)
 
 
-def test_build_objective_errors():
+def test_build_loss_errors():
     with pytest.raises(ValueError, match="no miner"):
-        build_objective(LossConfig(name="contrastive", miner_params={"epsilon": 0.2}), NUM_CLASSES, EMB)
+        build_loss(LossConfig(name="contrastive", miner_params={"epsilon": 0.2}), NUM_CLASSES, EMB)
     with pytest.raises(ValueError, match="valid names are"):
-        build_objective(LossConfig(name="multi_similarity", miner="nope"), NUM_CLASSES, EMB)
+        build_loss(LossConfig(name="multi_similarity", miner="nope"), NUM_CLASSES, EMB)
     with pytest.raises(ValueError, match="needs num_classes"):
-        build_objective(LossConfig(name="soft_triple"), None, EMB)
+        build_loss(LossConfig(name="soft_triple"), None, EMB)

@@ -66,7 +66,7 @@ SMOKE = [  # one per kind of loss / method, every dataset
 
 @pytest.mark.parametrize("name", SMOKE)
 def test_configs_train_a_few_steps_on_miniatures(name, tmp_path):
-    from dmlkit.engine.trainer import Trainer
+    from dmlkit.assemble import build_trainer
 
     base = load_config(PAPER / f"{name}.yaml")
     overrides = [
@@ -84,7 +84,7 @@ def test_configs_train_a_few_steps_on_miniatures(name, tmp_path):
     if base.train.sampler == "fastap_hard" and base.data.name != "vehicleid":
         overrides += ["train.sampler_params.small_categories=replace"]
     cfg = load_config(PAPER / f"{name}.yaml", overrides)
-    summary = Trainer(cfg, tmp_path / "run", quiet=True).fit()
+    summary = build_trainer(cfg, tmp_path / "run", quiet=True).fit()
     assert summary["steps"] == 2
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dmlkit.config import load_config
-from dmlkit.engine.trainer import Trainer
+from dmlkit.assemble import build_trainer
 from dmlkit.losses import create_loss, create_miner
 from tests_helpers import TINY_OVERRIDES
 
@@ -62,7 +62,7 @@ def test_tiny_run_trains_in_bf16(tmp_path, precision):
     cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + [
         f"train.precision={precision}", "data.image_size=16", "train.max_steps=2", "train.val_every=2",
         "train.log_every=1", "loss.name=proxy_anchor", "loss.miner=null", "plots=false", "eval.clustering=false"])
-    trainer = Trainer(cfg, tmp_path / "bf16", quiet=True)
+    trainer = build_trainer(cfg, tmp_path / "bf16", quiet=True)
     summary = trainer.fit()
     losses = [json.loads(line)["loss"] for line in (tmp_path / "bf16" / "metrics.jsonl").read_text().splitlines()
               if json.loads(line)["split"] == "train"]

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from dmlkit.data.splits import class_fold_split
-from dmlkit.engine.evaluate import embed_run
+from dmlkit.assemble import embed_run
 from dmlkit.evaluation import retrieval_metrics
 from dmlkit.protocols import markdown_table, mean_std, run_protocol
 from dmlkit.protocols.table import format_mean_std, markdown_grid, summarise

@@ -6,8 +6,8 @@ import pytest
 
 import dataset_miniatures as M
 from dmlkit.config import load_config
-from dmlkit.engine.evaluate import embed_run, evaluate_run
-from dmlkit.engine.trainer import Trainer
+from dmlkit.assemble import embed_run, evaluate_run
+from dmlkit.assemble import build_trainer
 from dmlkit.evaluation import retrieval_metrics
 from tests_helpers import TINY_OVERRIDES
 
@@ -20,7 +20,7 @@ def test_test_metrics_are_queries_against_the_gallery(tmp_path):
         "train.batch_size=12",
     ]
     run_dir = tmp_path / "run"
-    summary = Trainer(load_config("configs/quickstart.yaml", overrides), run_dir, quiet=True).fit()
+    summary = build_trainer(load_config("configs/quickstart.yaml", overrides), run_dir, quiet=True).fit()
     queries, gallery = embed_run(run_dir, "query"), embed_run(run_dir, "gallery")
     expected = retrieval_metrics(queries[0], queries[1], gallery[0], gallery[1])
     for key, value in expected.items():
@@ -36,4 +36,4 @@ def test_an_unknown_reference_split_names_the_valid_ones(tmp_path):
     cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["data.name=inshop", f"data.root={root}", "data.max_classes=null",
                                                                    "eval.split=query", "eval.reference_split=galery"])
     with pytest.raises(ValueError, match="gallery"):
-        Trainer(cfg, tmp_path / "run", quiet=True).fit()
+        build_trainer(cfg, tmp_path / "run", quiet=True).fit()

@@ -14,7 +14,7 @@ import yaml
 from browser import browser_page  # noqa: F401  (pytest fixture)
 from dmlkit.cli import main
 from dmlkit.config import load_config
-from dmlkit.engine.trainer import Trainer
+from dmlkit.assemble import build_trainer
 from dmlkit.protocols.table import mean_std
 from dmlkit.report import build_report, config_differences, flatten, group_runs, load_run
 from tests_helpers import TINY_OVERRIDES
@@ -65,7 +65,7 @@ def two_seeds(tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     for seed in (0, 1):
         cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["eval.clustering=false", f"seed={seed}"])
-        Trainer(cfg, root / f"seed{seed}", quiet=True).fit()
+        build_trainer(cfg, root / f"seed{seed}", quiet=True).fit()
     return root / "seed0", root / "seed1"
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dmlkit.config import load_config
-from dmlkit.engine.warmup import HeadWarmup, warmup_callbacks
+from dmlkit.methods.warmup import HeadWarmup, Warmup
 
 
 def fake_trainer(step, warmup_steps=3, lr=0.1):
@@ -14,6 +14,11 @@ def fake_trainer(step, warmup_steps=3, lr=0.1):
     opt = torch.optim.SGD([{"name": "body", "params": [body], "lr": lr}, {"name": "head", "params": [head], "lr": lr}])
     cfg = SimpleNamespace(train=SimpleNamespace(warmup_steps=warmup_steps, lr=lr))
     return SimpleNamespace(optimizer=opt, state=SimpleNamespace(step=step), cfg=cfg), body, head
+
+
+def warmup_callbacks(trainer):
+    method = Warmup.from_config(trainer.cfg)
+    return method.callbacks() if method is not None else []
 
 
 def test_backbone_is_still_during_warmup_and_learns_after():

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from dmlkit.config import load_config
-from dmlkit.engine.trainer import Trainer, build_model
-from dmlkit.engine.zero_shot_term import PLAN_KEY, ZeroShotTerm
-from tests_helpers import TINY_OVERRIDES
+from dmlkit.assemble import build_model, build_trainer
+from dmlkit.methods.zero_shot import PLAN_KEY, ZeroShotTerm
+from tests_helpers import TINY_OVERRIDES, fake_train_set
 
 GSP = [
     "model.pooling=gsp",
@@ -22,7 +22,7 @@ def _cfg(*extra):
 
 
 def test_gsp_zero_shot_run_trains_and_logs_both_terms(tmp_path):
-    summary = Trainer(_cfg(*GSP), tmp_path / "run", quiet=True).fit()
+    summary = build_trainer(_cfg(*GSP), tmp_path / "run", quiet=True).fit()
     assert summary["steps"] == 4
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["split"] == "train"]
@@ -37,7 +37,8 @@ def test_gsp_zero_shot_run_trains_and_logs_both_terms(tmp_path):
 
 def test_objective_weights_are_one_minus_lambda_and_lambda():
     cfg = _cfg(*GSP)
-    model, objective = build_model(cfg, 1, torch.arange(4).repeat(3), 4)
+    built = build_model(cfg, fake_train_set(torch.arange(4).repeat(3)))
+    model, objective = built.model, built.objective
     metric, zs = objective.terms
     assert isinstance(zs, ZeroShotTerm)
     assert metric.weight == pytest.approx(0.75) and zs.weight == pytest.approx(0.25)
@@ -53,8 +54,8 @@ def test_objective_weights_are_one_minus_lambda_and_lambda():
 
 def test_zero_shot_needs_gsp_pooling():
     with pytest.raises(ValueError, match="gsp"):
-        build_model(_cfg("loss.zero_shot_weight=0.1"), 1, torch.arange(4), 4)
+        build_model(_cfg("loss.zero_shot_weight=0.1"), fake_train_set(torch.arange(4)))
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
-        build_model(_cfg(*GSP[:2], "loss.zero_shot_weight=1.5"), 1, torch.arange(4), 4)
+        build_model(_cfg(*GSP[:2], "loss.zero_shot_weight=1.5"), fake_train_set(torch.arange(4)))
     with pytest.raises(ValueError, match="zero_shot_params"):
-        build_model(_cfg(*GSP, "loss.zero_shot_params={bogus: 1}"), 1, torch.arange(4), 4)
+        build_model(_cfg(*GSP, "loss.zero_shot_params={bogus: 1}"), fake_train_set(torch.arange(4)))

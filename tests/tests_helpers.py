@@ -11,3 +11,10 @@ TINY_OVERRIDES = [
     "train.log_every=2",
     "eval.batch_size=128",
 ]
+
+
+def fake_train_set(labels, in_channels=1):
+    """The three facts of a training split that ``dmlkit.assemble.build_model`` reads, without images."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(labels=labels, num_classes=int(labels.max()) + 1, in_channels=in_channels)

@@ -17,7 +17,7 @@ from dmlkit.interrupts import RunsInterrupted
 # Benchmarks: name -> module of the top-level ``benchmarks/`` folder of a source checkout (``dmlkit bench NAME ARGS``).
 BENCHMARKS = {
     name: f"benchmarks.{name}"
-    for name in ("retrieval", "retrieval_large", "fastap", "sft", "ccp", "gsp", "data", "search", "ddp")
+    for name in ("retrieval", "retrieval_large", "fastap", "sft", "ccp", "gsp", "data", "search", "ddp", "train")
 }
 
 # Controlled studies: name -> module with main(argv) -> int (``dmlkit study NAME ARGS``).
@@ -209,18 +209,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from dmlkit.assemble import build_trainer, resume_trainer
     from dmlkit.config import load_config
-    from dmlkit.engine.trainer import Trainer, default_run_dir
 
     if args.resume:
         if args.config or args.overrides:
             raise ValueError("--resume continues a run with its own saved config; drop CONFIG and --set")
-        trainer = Trainer.resume(args.resume, quiet=args.quiet)
+        trainer = resume_trainer(args.resume, quiet=args.quiet)
     else:
         if not args.config:
             raise ValueError("dmlkit train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
         cfg = load_config(args.config, args.overrides)
-        trainer = Trainer(cfg, args.run_dir or default_run_dir(cfg), quiet=args.quiet)
+        trainer = build_trainer(cfg, args.run_dir, quiet=args.quiet)
     from dmlkit.engine.signals import TrainingInterrupted
 
     try:
@@ -249,11 +249,11 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from dmlkit.engine.evaluate import evaluate_run
+    from dmlkit.assemble import evaluate_run
 
     metrics = evaluate_run(args.run, split=args.split)
     if args.diagnostics:
-        from dmlkit.engine.diagnostics import run_diagnostics
+        from dmlkit.report.diagnostics import run_diagnostics
 
         metrics = {"metrics": metrics, "diagnostics": run_diagnostics(args.run, split=args.split)}
     print(json.dumps(metrics, indent=2))

@@ -1,10 +1,12 @@
 """Feature-space augmentation: the SFT paper's transforms (Eq. 2-4, Sec. 3.4), class centres (Eq. 9),
-training schemes (Sec. 3.5) and the augmented loss J(X, Y) + lam * J(X_gen, Y_gen) (Eq. 10)."""
+training schemes (Sec. 3.5), the generated batch of Algorithm 1 and the augmented loss
+J(X, Y) + lam * J(X_gen, Y_gen) (Eq. 10)."""
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
-
 from dmlkit.augment.centers import CENTER_MODES, ClassCenters
 from dmlkit.augment.config import AugmentConfig, build_augmented_loss
+from dmlkit.augment.feature_generator import AUGMENT_TRANSFORMS, FeatureGenerator, canonical_transform_name
+from dmlkit.augment.schemes import NO_TARGET, SCHEMES, balanced_targets, split_head_tail, unbalanced_targets
 from dmlkit.augment.sft import (
     create_transform,
     degenerate_transform,
@@ -15,15 +17,23 @@ from dmlkit.augment.sft import (
 )
 
 __all__ = [
+    "AUGMENT_TRANSFORMS",
     "AugmentConfig",
-    "FeatureAugmentedLoss",
-    "build_augmented_loss",
     "CENTER_MODES",
     "ClassCenters",
+    "FeatureAugmentedLoss",
+    "FeatureGenerator",
+    "NO_TARGET",
+    "SCHEMES",
+    "balanced_targets",
+    "build_augmented_loss",
+    "canonical_transform_name",
     "create_transform",
     "degenerate_transform",
     "list_transforms",
     "rotation_matrix",
     "spherical_transform",
+    "split_head_tail",
     "translation_transform",
+    "unbalanced_targets",
 ]

@@ -12,7 +12,8 @@ from typing import Sequence
 
 from torch import Tensor, nn
 
-from dmlkit.augment.augmented_loss import AUGMENT_TRANSFORMS, FeatureAugmentedLoss, canonical_transform_name
+from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
+from dmlkit.augment.feature_generator import AUGMENT_TRANSFORMS, canonical_transform_name
 from dmlkit.augment.centers import CENTER_MODES
 from dmlkit.augment.schemes import SCHEMES
 

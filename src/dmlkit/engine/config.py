@@ -40,7 +40,7 @@ class TrainConfig:
     val_metric: str = "mean_average_precision_at_r"
     patience: int = 5
     grad_clip: float | None = None
-    warmup_steps: int = 0  # steps training only the head and proxies (engine/warmup.py; thesis: 1 epoch)
+    warmup_steps: int = 0  # steps training only the head and proxies (methods/warmup.py; thesis: 1 epoch)
     log_every: int = 10
     accelerator: str = "auto"
     devices: int = 1

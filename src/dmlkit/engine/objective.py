@@ -16,7 +16,13 @@ from torch import nn
 
 
 class ObjectiveTerm(nn.Module):
-    """One named summand of the objective: ``weight * value(embeddings, labels, batch)``."""
+    """One named summand of the objective: ``weight * value(embeddings, labels, batch)``.
+
+    ``is_metric_loss`` marks the terms of the metric-learning loss itself (L_DML), as opposed to
+    regularisers and auxiliary losses, for methods that re-weight it (GSP's Eq. 5.2.5).
+    """
+
+    is_metric_loss = False
 
     def __init__(self, name: str, weight: float = 1.0) -> None:
         super().__init__()
@@ -32,6 +38,8 @@ class ObjectiveTerm(nn.Module):
 
 class MetricLossTerm(ObjectiveTerm):
     """A metric loss on the batch embeddings, with an optional miner (PML signature)."""
+
+    is_metric_loss = True
 
     def __init__(self, loss: nn.Module, miner: nn.Module | None = None, weight: float = 1.0, name: str = "metric") -> None:
         super().__init__(name, weight)

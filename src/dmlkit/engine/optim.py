@@ -8,23 +8,23 @@ from torch import nn
 from dmlkit.engine.config import OPTIMIZERS, SCHEDULES, TrainConfig
 
 
-def parameter_groups(model: nn.Module, objective: nn.Module, cfg: TrainConfig) -> list[dict]:
-    """Backbone and pooling at ``lr``; the head at ``head_lr``; objective parameters (proxies) at ``loss_lr``."""
+def parameter_groups(model: nn.Module, objective: nn.Module, cfg: TrainConfig, claimed: list[dict] = ()) -> list[dict]:
+    """Backbone and pooling at ``lr``; the head at ``head_lr``; objective parameters (e.g. a classifier) at ``loss_lr``.
+
+    ``claimed``: groups that methods made for parameters they own (CCP's proxies); they are
+    appended as they are, and their parameters are left out of the other groups.
+    """
+    taken = {id(p) for group in claimed for p in group["params"]}
     head = getattr(model, "head", None)
     head_ids = {id(p) for p in head.parameters()} if head is not None else set()
     body = [p for p in model.parameters() if id(p) not in head_ids and p.requires_grad]
     groups = [{"name": "body", "params": body, "lr": cfg.lr}]
     if head_ids:
         groups.append({"name": "head", "params": list(head.parameters()), "lr": cfg.head_lr or cfg.lr})
-    loss_params = [p for p in objective.parameters() if p.requires_grad and getattr(p, "lr_mult", None) is None]
+    loss_params = [p for p in objective.parameters() if p.requires_grad and id(p) not in taken]
     if loss_params:
         groups.append({"name": "loss", "params": loss_params, "lr": cfg.loss_lr or cfg.lr})
-    # objective parameters tagged with ``lr_mult`` (CCP proxies): (loss_lr or lr) * lr_mult, one group per multiplier
-    scaled = [p for p in objective.parameters() if p.requires_grad and getattr(p, "lr_mult", None) is not None]
-    for mult in sorted({float(p.lr_mult) for p in scaled}):
-        params = [p for p in scaled if float(p.lr_mult) == mult]
-        groups.append({"name": f"loss_x{mult:g}", "params": params, "lr": (cfg.loss_lr or cfg.lr) * mult})
-    return groups
+    return [*groups, *claimed]
 
 
 def build_optimizer(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -6,8 +6,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-# Re-exported for the engine files that still import them from here; new code imports dmlkit.io.
-from dmlkit.io import write_json_atomic, write_text_atomic  # noqa: F401
 
 MIN_FREE_BYTES = 200 * 2**20
 

@@ -33,7 +33,7 @@ from dmlkit.evaluation.geometry import (
     scatter_matrices,
 )
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
-from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_histogram
+from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
 from dmlkit.evaluation.retrieval import metric_names, retrieval_metrics
 from dmlkit.evaluation.streaming import APPROX_METHODS, clustering_metrics_from_file, retrieval_metrics_from_file
 from dmlkit.evaluation.verification import (
@@ -79,8 +79,7 @@ __all__ = [
     # prototype convex combinations (thesis Ch. 4)
     "pcc_diagnostics",
     "pcc_embedding",
+    "prototype_cover_delta",
     "prototype_histogram",
     "nearest_prototype",
 ]
-# Not here: ``pcc.covering_radius`` (max over points of the distance to the nearest prototype) --
-# ``dmlkit.proxies.covering_radius`` is another quantity (Sec. 3.3.1); import it from ``dmlkit.evaluation.pcc``.

@@ -26,7 +26,6 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from dmlkit.augment.sft import spherical_transform
 
 __all__ = [
     "class_means",
@@ -142,7 +141,23 @@ def rotation_residuals(
     own = codes[pick]
     other = (own + torch.randint(1, c, (samples,), generator=g)) % c
     sigma = x[pick] - means[own]
-    return (spherical_transform(sigma, means[own], means[other]) - sigma).norm(dim=1)
+    return rotation_displacement(sigma, means[own], means[other])
+
+
+def rotation_displacement(sigma: Tensor, mu_from: Tensor, mu_to: Tensor) -> Tensor:
+    """``||A sigma - sigma||`` for the SFT rotation ``A`` (Eq. 4) that takes ``mu_from`` to ``mu_to``, per row.
+
+    ``A`` rotates by the angle ``a`` between the centres in the plane they span and fixes its
+    orthogonal complement, so ``||A s - s|| = 2 sin(a/2) ||P s||`` with ``P`` the projection onto
+    that plane and ``2 sin(a/2) = sqrt(2 (1 - cos a))``. (For exactly anti-parallel centres the plane
+    is not defined; only the ``mu_from`` direction is counted then.)
+    """
+    n1 = torch.nn.functional.normalize(mu_from, dim=1)
+    u = torch.nn.functional.normalize(mu_to, dim=1)
+    cos = (n1 * u).sum(dim=1).clamp(-1.0, 1.0)
+    n2 = torch.nn.functional.normalize(u - cos[:, None] * n1, dim=1)
+    in_plane = ((sigma * n1).sum(dim=1) ** 2 + (sigma * n2).sum(dim=1) ** 2).sqrt()
+    return torch.sqrt(2.0 * (1.0 - cos)) * in_plane
 
 
 def covariance_spectra(embeddings: Tensor, labels: Tensor, num_classes: int = 4, top: int = 32) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Typed config of the metric-learning objective and the builder of its (loss, miner) pair.
 
-``LossConfig`` is the ``loss:`` section of an experiment YAML.  ``build_objective``
-turns it into a PML-style loss module and an optional miner; the trainer calls
+``LossConfig`` is the ``loss:`` section of an experiment YAML.  ``build_loss``
+turns it into a PML-style loss module and an optional miner (the objective's metric term,
+``dmlkit.engine.objective.MetricLossTerm``, calls
 ``loss(embeddings, labels, miner(embeddings, labels) if miner else None)``.
 """
 
@@ -14,7 +15,7 @@ from torch import nn
 
 from dmlkit.losses.registry import create_loss, create_miner, default_miner, get_loss_entry, list_miners
 
-__all__ = ["DEFAULT_MINER", "LossConfig", "build_objective"]
+__all__ = ["DEFAULT_MINER", "LossConfig", "build_loss"]
 
 DEFAULT_MINER = "default"
 
@@ -55,7 +56,7 @@ def _resolve_miner(cfg: LossConfig, default: str | None) -> str | None:
     return name
 
 
-def build_objective(
+def build_loss(
     cfg: LossConfig, num_classes: int | None, embedding_size: int | None
 ) -> tuple[nn.Module, nn.Module | None]:
     """Build ``(loss, miner)`` from ``cfg``; ``miner`` is None when no mining is asked for.

@@ -9,7 +9,7 @@
 ``run_protocol`` runs one protocol for several configs and seeds and writes a markdown table.
 """
 
-from dmlkit.protocols.report import run_protocol
+from dmlkit.protocols.results import run_protocol
 from dmlkit.protocols.table import COLUMN_SETS, markdown_table, mean_std
 
 __all__ = ["run_protocol", "markdown_table", "mean_std", "COLUMN_SETS"]

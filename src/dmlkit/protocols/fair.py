@@ -52,7 +52,7 @@ def run_fair(
 
     A seed is reported only when all of its fold runs are available.
     """
-    from dmlkit.engine.evaluate import embed_run
+    from dmlkit.assemble import embed_run
 
     if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
         raise ValueError(f"the fair protocol needs folds >= 2, got {folds!r}")

@@ -40,17 +40,17 @@ def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True) -> 
     A folder holding a run of a *different* config is an error, so a changed
     config never silently reuses stale results.
     """
-    from dmlkit.engine.trainer import Trainer
+    from dmlkit.assemble import build_trainer, resume_trainer
 
     folder = RunFolder(run_dir)
     _check_same_config(cfg, folder)
     if folder.summary.is_file():
         return json.loads(folder.summary.read_text())
     if folder.last_checkpoint.is_file():
-        return Trainer.resume(run_dir, quiet=quiet).fit()
+        return resume_trainer(run_dir, quiet=quiet).fit()
     if folder.path.exists() and any(folder.path.iterdir()):
         raise ValueError(f"'{run_dir}' holds an unfinished run with no checkpoint; delete it to start again")
-    return Trainer(cfg, run_dir, quiet=quiet).fit()
+    return build_trainer(cfg, run_dir, quiet=quiet).fit()
 
 
 def reuse_only(cfg: ExperimentConfig, run_dir: Path) -> Summary:

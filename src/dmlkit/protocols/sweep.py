@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from dmlkit.config import load_config
 from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
-from dmlkit.protocols.report import TIME_COLUMN
+from dmlkit.protocols.results import TIME_COLUMN
 from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
 from dmlkit.protocols.table import markdown_table, summarise
 

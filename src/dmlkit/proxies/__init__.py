@@ -4,15 +4,15 @@
 * ``ProxyBank`` (k trainable proxies per class) and ``ProxyPairLoss`` (any pair loss against
   the proxies, Eq. 3.2.11);
 * ``ProjectionRegularizer`` (``lam/2 ||theta - theta*||^2``, Eq. 3.2.10-3.2.11);
-* ``CCPConfig`` + ``build_ccp_loss`` (the ``ccp:`` config section);
+* ``CCPConfig`` (the ``ccp:`` config section);
 * ``covering_radius`` / ``inter_class_distance`` (Sec. 3.3.1).
 
 The alternation of Algorithm 1 (early stopping per projection, roll-forward of
-``theta*`` and proxies) runs in the training engine: ``dmlkit.engine.ccp``.
+``theta*`` and proxies) is the training method ``dmlkit.methods.ccp``.
 """
 
 from dmlkit.proxies.bank import ProxyBank, ProxyPairLoss, group_by_class
-from dmlkit.proxies.config import CCPConfig, build_ccp_loss
+from dmlkit.proxies.config import CCPConfig
 from dmlkit.proxies.diagnostics import covering_radius, embedding_geometry, inter_class_distance, k_center_radii
 from dmlkit.proxies.kcenter import batched_greedy_k_center, greedy_k_center, sample_class_pool, select_per_class
 from dmlkit.proxies.projection import ProjectionRegularizer
@@ -23,7 +23,6 @@ __all__ = [
     "ProxyBank",
     "ProxyPairLoss",
     "batched_greedy_k_center",
-    "build_ccp_loss",
     "covering_radius",
     "embedding_geometry",
     "greedy_k_center",

@@ -1,10 +1,7 @@
-"""The CCP section of an experiment config (``ccp:`` in YAML) and the builder of its proxy loss.
+"""The CCP section of an experiment config (``ccp:`` in YAML).
 
-``build_ccp_loss`` turns a pair/tuple loss (and its miner) into the proxy-based
-loss of Eq. 3.2.11 (:class:`~dmlkit.proxies.bank.ProxyPairLoss` over a
-:class:`~dmlkit.proxies.bank.ProxyBank`) when ``enabled`` is set, and returns them
-unchanged otherwise.  The projection term and the alternation of Algorithm 1 are
-added by the training engine (``dmlkit.engine.ccp``).
+The training method that reads it (proxy loss, projection term, alternation of Algorithm 1)
+is ``dmlkit.methods.ccp``.
 """
 
 from __future__ import annotations
@@ -12,12 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from torch import nn
-
 from dmlkit.models.embedder import NORMALIZATIONS
-from dmlkit.proxies.bank import ProxyBank, ProxyPairLoss
 
-__all__ = ["CCPConfig", "build_ccp_loss"]
+__all__ = ["CCPConfig"]
 
 
 def _positive_int(value: object) -> bool:
@@ -82,19 +76,3 @@ class CCPConfig:
             raise ValueError(f"ccp.proxy_lr_mult must be a finite number > 0, got {mult!r}")
         if self.proxy_normalize not in NORMALIZATIONS:
             raise ValueError(f"ccp.proxy_normalize must be one of {NORMALIZATIONS}, got {self.proxy_normalize!r}")
-
-
-def build_ccp_loss(
-    cfg: CCPConfig, loss: nn.Module, miner: nn.Module | None, num_classes: int, dim: int, seed: int = 0
-) -> tuple[nn.Module, nn.Module | None]:
-    """``(ProxyPairLoss(loss, bank, miner), None)`` when ``cfg.enabled``, else ``(loss, miner)`` unchanged.
-
-    The bank's proxies carry ``lr_mult = cfg.proxy_lr_mult`` for the optimiser's parameter groups.
-    """
-    if not isinstance(cfg, CCPConfig):
-        raise ValueError(f"cfg must be a CCPConfig, got {type(cfg).__name__}")
-    if not cfg.enabled:
-        return loss, miner
-    bank = ProxyBank(num_classes, cfg.proxies_per_class, dim, normalize=cfg.proxy_normalize, seed=seed)
-    bank.proxies.lr_mult = cfg.proxy_lr_mult
-    return ProxyPairLoss(loss, bank, miner), None

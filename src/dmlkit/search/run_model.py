@@ -1,23 +1,20 @@
 """A trained run's embedding model and eval transform, loaded from its run folder.
 
-Only the embedder is rebuilt (from the run's ``config.yaml``) and its weights read from ``best.pt``
-(else ``last.pt``, or the checkpoint file given): no dataset is loaded, so a run can embed and serve
-images after its training data is gone.
+Loaded by ``dmlkit.assemble.load_finished_run`` with the run's input channels, so no dataset is read
+(a run can embed and serve images after its training data is gone) and the embedding is the one
+``dmlkit evaluate`` measures (for SFT-d, L2-normalised).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from dmlkit.assemble import load_finished_run, resolve_checkpoint
 from dmlkit.config import ExperimentConfig, load_config
-from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
-from dmlkit.engine.evaluate import resolve_checkpoint
-from dmlkit.models import build_embedder
 from dmlkit.search.preprocess import ImagePreprocess, preprocess_for_config
 
 __all__ = ["RunModel", "load_run_model"]
@@ -50,14 +47,9 @@ class RunModel:
 
 
 def load_run_model(run_or_checkpoint: str | Path) -> RunModel:
-    """Rebuild the embedder of a run folder (or of a checkpoint file inside one) with its trained weights."""
+    """The evaluated model of a run folder (or of a checkpoint file inside one) with its trained weights."""
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
-    cfg = load_config(folder.config)
-    preprocess = preprocess_for_config(cfg)
-    model_cfg = dataclasses.replace(cfg.model, pretrained=False)  # weights come from the checkpoint
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        model = build_embedder(model_cfg, in_channels=preprocess.channels)
-    load_model_state(model, load_checkpoint(checkpoint)["model"], str(checkpoint))
-    model.eval()
-    return RunModel(model, preprocess, cfg, folder.path.resolve(), checkpoint.resolve())
+    preprocess = preprocess_for_config(load_config(folder.config))
+    run = load_finished_run(checkpoint, in_channels=preprocess.channels)
+    model = run.eval_model.eval()
+    return RunModel(model, preprocess, run.cfg, folder.path.resolve(), checkpoint.resolve())

@@ -156,7 +156,7 @@ def _train_missing(runs: Sequence[tuple[str, int, Any, Path]], jobs: int, quiet:
 
 def _measure_run(variant: str, seed: int, run_dir: Path, test: Any, samples: int) -> tuple[dict[str, Any], torch.Tensor, tuple[int, int]]:
     """A finished run's test metrics and foreground weight share (best checkpoint), and its sample heat-maps."""
-    from dmlkit.engine.evaluate import load_finished_run
+    from dmlkit.assemble import load_finished_run
 
     summary = json.loads((run_dir / "summary.json").read_text())
     model = load_finished_run(run_dir).model.eval()

@@ -64,10 +64,10 @@ def _model_and_images(run: str | None, classes: int, per_class: int, seed: int) 
     from dmlkit.data import create_dataset
 
     if run is not None:
-        from dmlkit.engine.evaluate import load_finished_run, run_split
+        from dmlkit.assemble import load_finished_run
 
         loaded = load_finished_run(run)
-        model, dataset, source = loaded.model, run_split(loaded.cfg, "test"), f"run {run}"
+        model, dataset, source = loaded.model, loaded.split("test"), f"run {run}"  # its local features
     else:
         from dmlkit.config import load_config
         from dmlkit.models import build_embedder

@@ -19,11 +19,9 @@ from typing import Any
 
 import torch
 
+from dmlkit.assemble import build_splits, find_classifier, load_finished_run
 from dmlkit.engine.embed import embed_dataset
-from dmlkit.engine.eval_model import find_classifier
-from dmlkit.engine.evaluate import load_finished_run, run_split
-from dmlkit.engine.run_folder import write_json_atomic
-from dmlkit.engine.trainer import build_splits
+from dmlkit.io import write_json_atomic
 from dmlkit.evaluation.geometry import geometry_report
 from dmlkit.losses import MetricCrossEntropyLoss, metric_bounds, one_hot_labels as _one_hot
 
@@ -48,7 +46,8 @@ def classifier_bounds(run: Any, max_pairs_samples: int = 1000) -> dict[str, Any]
 def run_diagnostics(run_or_checkpoint: str | Path, split: str = "test", plots: bool = True) -> dict[str, Any]:
     """Compute, write and return the diagnostics of a run (see the module docstring)."""
     run = load_finished_run(run_or_checkpoint)
-    embeddings, labels = embed_dataset(run.model, run_split(run.cfg, split), run.cfg.eval.batch_size)
+    # the geometry of the embedding the loss compared (for SFT-d: after L2 normalisation)
+    embeddings, labels = embed_dataset(run.features, run.split(split), run.cfg.eval.batch_size)
     report: dict[str, Any] = {"split": split, "checkpoint": str(run.checkpoint)}
     report["geometry"] = geometry_report(embeddings, labels, seed=run.cfg.seed)
     bounds = classifier_bounds(run)

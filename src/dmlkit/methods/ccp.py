@@ -1,14 +1,18 @@
-"""CCP in the training loop: alternating projections (Algorithm 1 of the thesis).
+"""CCP as a training method: proxies, the projection term and alternating projections (Algorithm 1 of the thesis).
 
-The components live in ``dmlkit.proxies``; this module plugs them into the Trainer:
+``ccp.enabled`` turns it on. The components live in ``dmlkit.proxies``; this method plugs them
+into a run through its hooks:
+
+* ``wrap_loss``: the metric loss becomes ``ProxyPairLoss`` against a ``ProxyBank`` (Eq. 3.2.11, data term);
+* ``param_groups``: the proxies learn at ``(train.loss_lr or train.lr) * ccp.proxy_lr_mult``;
 
 * ``ProjectionTerm``: the objective term ``lam/2 ||theta - theta*||^2`` (Eq. 3.2.11);
-* ``ProjectionStopping``: replaces the trainer's early stopping.  Each projection ends
+* ``ProjectionStopping`` (``stopper``): replaces the trainer's early stopping.  Each projection ends
   when ``ccp.patience`` validations pass without improving *that projection's* best
   score (thesis Sec. 3.2.4: patience 3 on validation MAP@R); the run ends when a
   projection ends without improving the best score of the run (or after
   ``ccp.max_projections``).  Its state is saved in every checkpoint.
-* ``CCPCallback``: starts each projection -- restore the best weights and proxies of
+* ``CCPCallback`` (``callbacks``): starts each projection -- restore the best weights and proxies of
   the projection that just ended (``theta* <- theta``, ``rho* <- rho``), snapshot
   ``theta*``, embed a pool of ``pool_size`` training samples per class with the current
   network and re-initialise the proxies with greedy k-centre picks measured from the
@@ -33,23 +37,25 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 from torch.utils.data import Subset
 
-from dmlkit.engine.callbacks import Callback
-from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
+from dmlkit.engine.callbacks import Callback, TrainerView
+from dmlkit.engine.config import TrainConfig
 from dmlkit.engine.early_stopping import EarlyStopping
 from dmlkit.engine.embed import embed_dataset
-from dmlkit.engine.objective import MetricLossTerm, ObjectiveTerm
-from dmlkit.engine.run_folder import write_json_atomic
-from dmlkit.proxies import CCPConfig, ProjectionRegularizer, ProxyBank, ProxyPairLoss, embedding_geometry
+from dmlkit.engine.objective import ObjectiveTerm
+from dmlkit.methods.base import BuildContext, Method
+from dmlkit.proxies.bank import ProxyBank, ProxyPairLoss, group_by_class
+from dmlkit.proxies.config import CCPConfig
+from dmlkit.proxies.diagnostics import embedding_geometry
 from dmlkit.proxies.kcenter import sample_class_pool, select_per_class
+from dmlkit.proxies.projection import ProjectionRegularizer
 
 if TYPE_CHECKING:
-    from torch import nn
+    from dmlkit.config import ExperimentConfig
 
-    from dmlkit.engine.trainer import Trainer
-
-__all__ = ["CCPCallback", "ProjectionStopping", "ProjectionTerm", "attach_ccp", "ccp_terms"]
+__all__ = ["CCP", "CCPCallback", "ProjectionStopping", "ProjectionTerm"]
 
 
 class ProjectionTerm(ObjectiveTerm):
@@ -61,11 +67,6 @@ class ProjectionTerm(ObjectiveTerm):
 
     def value(self, embeddings: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
         return self.regularizer().to(embeddings.device)
-
-
-def ccp_terms(cfg: CCPConfig, model: "nn.Module") -> list[ObjectiveTerm]:
-    """The projection term of ``model`` when CCP is on, else no term."""
-    return [ProjectionTerm(ProjectionRegularizer(model, cfg.lam))] if cfg.enabled else []
 
 
 @dataclass
@@ -138,26 +139,30 @@ def _plain(dataset: Any) -> Any:
 class CCPCallback(Callback):
     """Runs Algorithm 1 around the Trainer's loop (see the module docstring)."""
 
-    def __init__(self, cfg: CCPConfig, bank: ProxyBank, regularizer: ProjectionRegularizer) -> None:
+    def __init__(
+        self, cfg: CCPConfig, bank: ProxyBank, regularizer: ProjectionRegularizer, train_set: Any, seed: int,
+        batch_size: int,
+    ) -> None:
         self.cfg, self.bank, self.regularizer = cfg, bank, regularizer
+        self.train_set, self.seed, self.batch_size = train_set, seed, batch_size
         self.last_pool: tuple[torch.Tensor, torch.Tensor] | None = None
 
     # ------------------------------------------------------------- hooks
-    def on_train_start(self, trainer: "Trainer") -> None:
+    def on_train_start(self, trainer: TrainerView) -> None:
         stopper = trainer.stopper
         if not stopper.started:
             self._start_projection(trainer, first=True)
         elif stopper.pending:
             self._roll_forward(trainer)
 
-    def on_validation_end(self, trainer: "Trainer", metrics: dict[str, float]) -> None:
+    def on_validation_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         stopper = trainer.stopper
         if stopper.pending:
             self._roll_forward(trainer)
         elif stopper.finished:
             self._log_projection(trainer, stopper.projections[-1], {})
 
-    def on_train_end(self, trainer: "Trainer", summary: dict[str, Any]) -> None:
+    def on_train_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         stopper = trainer.stopper
         summary["ccp"] = {
             "projections": stopper.projection + 1,
@@ -167,25 +172,20 @@ class CCPCallback(Callback):
             "best_per_projection": [p["best"] for p in stopper.projections],
         }
         self._embed_pool(trainer, stopper.projection + 1)  # the final (best) network's geometry
-        summary["ccp"].update(self._pool_geometry())
-        if not trainer.fabric.is_global_zero:  # only rank 0 writes the run folder
-            return
-        write_json_atomic(trainer.folder.summary, summary)
-        if self.cfg.plot and trainer.cfg.plots:
+        summary["ccp"].update(self._pool_geometry())  # the trainer writes the summary after this hook
+        if trainer.fabric.is_global_zero and self.cfg.plot and trainer.plots:
             self._plot(trainer)
 
     # ------------------------------------------------------------ projections
-    def _roll_forward(self, trainer: "Trainer") -> None:
+    def _roll_forward(self, trainer: TrainerView) -> None:
         """theta* and rho* <- the best weights and proxies of the projection that just ended; start the next."""
         ended = trainer.stopper.projections[-1]
         trainer.fabric.barrier()  # several processes: rank 0 has written best.pt
-        best = load_checkpoint(trainer.folder.best_checkpoint)
-        load_model_state(trainer.model, best["model"], str(trainer.folder.best_checkpoint))
-        trainer.objective.load_state_dict(best["objective"])
+        trainer.restore_best()
         self._start_projection(trainer, first=False)
         self._log_projection(trainer, ended, self._pool_geometry())
 
-    def _start_projection(self, trainer: "Trainer", first: bool) -> None:
+    def _start_projection(self, trainer: TrainerView, first: bool) -> None:
         stopper = trainer.stopper
         stopper.begin_projection(trainer.state.step)
         self.regularizer.snapshot()
@@ -194,14 +194,14 @@ class CCPCallback(Callback):
         inner = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
         inner.state.pop(self.bank.proxies, None)
 
-    def _embed_pool(self, trainer: "Trainer", projection: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _embed_pool(self, trainer: TrainerView, projection: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``pool_size`` random training samples per class (seeded by run seed and projection), embedded."""
-        train = trainer.splits.train
-        g = torch.Generator().manual_seed(trainer.cfg.seed * 1_000_003 + projection)
+        train = self.train_set
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + projection)
         pool = sample_class_pool(train.labels, self.bank.num_classes, self.cfg.pool_size, generator=g)
         idx = pool[pool >= 0]
-        embeddings, labels = embed_dataset(trainer.model, Subset(_plain(train), idx.tolist()),
-                                           trainer.cfg.eval.batch_size, trainer.fabric.device)
+        embeddings, labels = embed_dataset(trainer.model, Subset(_plain(train), idx.tolist()), self.batch_size,
+                                           trainer.fabric.device)
         self.last_pool = (embeddings, labels)
         return embeddings, labels
 
@@ -211,7 +211,7 @@ class CCPCallback(Callback):
             return {}
         return {f"pool_{k}": v for k, v in embedding_geometry(*self.last_pool).items()}
 
-    def _log_projection(self, trainer: "Trainer", record: dict[str, Any], geometry: dict[str, float]) -> None:
+    def _log_projection(self, trainer: TrainerView, record: dict[str, Any], geometry: dict[str, float]) -> None:
         """Append the record of a finished projection to the metrics log, once.
 
         ``geometry``: of the pool embedded with the projection's solution (empty for the last one).
@@ -221,18 +221,15 @@ class CCPCallback(Callback):
             trainer.log.append({"split": "ccp", "step": record["end_step"], **record, **geometry})
 
     # -------------------------------------------------------------------- plot
-    def _plot(self, trainer: "Trainer") -> None:
+    def _plot(self, trainer: TrainerView) -> None:
         from dmlkit.viz.proxies import proxy_figure
 
-        train = _plain(trainer.splits.train)
+        train = _plain(self.train_set)
         keep = torch.nonzero(train.labels < 20).flatten()
-        samples, labels = embed_dataset(trainer.model, Subset(train, keep.tolist()), trainer.cfg.eval.batch_size,
-                                        trainer.fabric.device)
+        samples, labels = embed_dataset(trainer.model, Subset(train, keep.tolist()), self.batch_size, trainer.fabric.device)
         bank = self.bank
         converged = bank.reference().detach().cpu()
         pool_emb, pool_labels = self.last_pool or self._embed_pool(trainer, trainer.stopper.projection + 1)
-        from dmlkit.proxies.bank import group_by_class
-
         pool, mask, rows = group_by_class(pool_emb, pool_labels, bank.num_classes)
         picks = select_per_class(pool, mask, bank.proxies_per_class, bank.per_class().cpu())
         nxt = pool_emb[torch.gather(rows, 1, picks).flatten()]
@@ -242,32 +239,49 @@ class CCPCallback(Callback):
                      trainer.folder.plots / "ccp_proxies.png")
 
 
-def _find_bank(objective: "nn.Module") -> ProxyBank | None:
-    for module in objective.modules():
-        if isinstance(module, MetricLossTerm) and isinstance(module.loss, ProxyPairLoss):
-            return module.loss.bank
-    return None
+class CCP(Method):
+    """Chance-constrained programming (``ccp:`` section; thesis Ch. 3, Algorithm 1)."""
 
+    name = "ccp"
 
-def attach_ccp(trainer: "Trainer") -> list[Callback]:
-    """With ``ccp.enabled``: install ``ProjectionStopping`` as the trainer's stopper and return the callback.
+    def __init__(self, cfg: "ExperimentConfig") -> None:
+        self.cfg: CCPConfig = cfg.ccp
+        self.batch_size = cfg.eval.batch_size
+        self.bank: ProxyBank | None = None
+        self.regularizer: ProjectionRegularizer | None = None
+        self.ctx: BuildContext | None = None
+        self._stopper = ProjectionStopping(patience=self.cfg.patience, max_projections=self.cfg.max_projections)
 
-    Called by the Trainer after building its model, objective, optimiser and stopper and
-    before loading a checkpoint (so the stopper's saved state is loaded into it).
-    """
-    cfg: CCPConfig = trainer.cfg.ccp
-    if not cfg.enabled:
-        return []
-    bank = _find_bank(trainer.objective)
-    terms = [t for t in trainer.objective.terms if isinstance(t, ProjectionTerm)]
-    if bank is None or not terms:
-        raise ValueError("ccp.enabled needs the objective built by build_model (a ProxyPairLoss and a projection term)")
-    counts = torch.bincount(trainer.splits.train.labels.cpu(), minlength=bank.num_classes)
-    if bool((counts < cfg.proxies_per_class).any()):
-        c = int(counts.argmin())
-        raise ValueError(
-            f"ccp.proxies_per_class={cfg.proxies_per_class} but training class {c} has only {int(counts[c])} samples; "
-            f"the proxies are picked among a class's samples: set ccp.proxies_per_class <= {int(counts.min())}"
-        )
-    trainer.stopper = ProjectionStopping(patience=cfg.patience, max_projections=cfg.max_projections)
-    return [CCPCallback(cfg, bank, terms[0].regularizer)]
+    @classmethod
+    def from_config(cls, cfg: "ExperimentConfig") -> "CCP | None":
+        return cls(cfg) if cfg.ccp.enabled else None
+
+    def setup(self, ctx: BuildContext) -> None:
+        cfg, counts = self.cfg, ctx.class_counts
+        if bool((counts < cfg.proxies_per_class).any()):
+            c = int(counts.argmin())
+            raise ValueError(
+                f"ccp.proxies_per_class={cfg.proxies_per_class} but training class {c} has only {int(counts[c])} samples; "
+                f"the proxies are picked among a class's samples: set ccp.proxies_per_class <= {int(counts.min())}"
+            )
+        self.ctx = ctx
+        self.bank = ProxyBank(ctx.num_classes, cfg.proxies_per_class, ctx.embedding_dim, normalize=cfg.proxy_normalize,
+                              seed=ctx.seed)
+        self.regularizer = ProjectionRegularizer(ctx.model, cfg.lam)
+
+    def wrap_loss(self, loss: nn.Module, miner: nn.Module | None) -> tuple[nn.Module, nn.Module | None]:
+        """The pair loss against the proxies (Eq. 3.2.11); the miner runs inside it (batch vs proxies)."""
+        return ProxyPairLoss(loss, self.bank, miner), None
+
+    def terms(self, terms: list[ObjectiveTerm]) -> list[ObjectiveTerm]:
+        return [*terms, ProjectionTerm(self.regularizer)]
+
+    def param_groups(self, train: TrainConfig) -> list[dict]:
+        mult = float(self.cfg.proxy_lr_mult)
+        return [{"name": f"loss_x{mult:g}", "params": [self.bank.proxies], "lr": (train.loss_lr or train.lr) * mult}]
+
+    def stopper(self, train: TrainConfig) -> EarlyStopping:
+        return self._stopper
+
+    def callbacks(self) -> list[Callback]:
+        return [CCPCallback(self.cfg, self.bank, self.regularizer, self.ctx.train_set, self.ctx.seed, self.batch_size)]

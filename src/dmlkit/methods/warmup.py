@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dmlkit.engine.callbacks import Callback
+from dmlkit.engine.callbacks import Callback, TrainerView
+from dmlkit.methods.base import Method
 
 if TYPE_CHECKING:
-    from dmlkit.engine.trainer import Trainer
+    from dmlkit.config import ExperimentConfig
 
-__all__ = ["HeadWarmup", "warmup_callbacks"]
+__all__ = ["HeadWarmup", "Warmup"]
 
 
 class HeadWarmup(Callback):
@@ -27,24 +28,35 @@ class HeadWarmup(Callback):
     def __init__(self, steps: int, body_lr: float) -> None:
         self.steps, self.body_lr = steps, body_lr
 
-    def _apply(self, trainer: "Trainer") -> None:
+    def _apply(self, trainer: TrainerView) -> None:
         lr = 0.0 if trainer.state.step < self.steps else self.body_lr
         for group in trainer.optimizer.param_groups:
             if group.get("name") == "body":
                 group["lr"] = lr
 
-    def on_train_start(self, trainer: "Trainer") -> None:
+    def on_train_start(self, trainer: TrainerView) -> None:
         self._apply(trainer)
 
-    def on_batch_end(self, trainer: "Trainer", batch: dict[str, Any], outputs: dict[str, Any]) -> None:
+    def on_batch_end(self, trainer: TrainerView, batch: dict[str, Any], outputs: dict[str, Any]) -> None:
         if trainer.state.step == self.steps:
             self._apply(trainer)
 
 
-def warmup_callbacks(trainer: "Trainer") -> list[Callback]:
-    """``[HeadWarmup]`` when ``train.warmup_steps > 0``, else nothing."""
-    t = trainer.cfg.train
-    steps = getattr(t, "warmup_steps", 0)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"train.warmup_steps must be an int >= 0 (steps training only the head), got {steps!r}")
-    return [HeadWarmup(steps, t.lr)] if steps else []
+class Warmup(Method):
+    """``train.warmup_steps > 0``: only the head and the objective learn for that many steps."""
+
+    name = "warmup"
+
+    def __init__(self, cfg: "ExperimentConfig") -> None:
+        steps = cfg.train.warmup_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"train.warmup_steps must be an int >= 0 (steps training only the head), got {steps!r}")
+        self.steps, self.body_lr = steps, cfg.train.lr
+
+    @classmethod
+    def from_config(cls, cfg: "ExperimentConfig") -> "Warmup | None":
+        method = cls(cfg)
+        return method if method.steps else None
+
+    def callbacks(self) -> list[Callback]:
+        return [HeadWarmup(self.steps, self.body_lr)]

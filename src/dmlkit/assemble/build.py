@@ -1,0 +1,164 @@
+"""Config -> the parts of a run: datasets, model, objective of named terms, methods, sampler, optimiser groups.
+
+This is the one composition root of a training run. ``build_model`` is where the model and
+the objective are made: the metric loss of ``loss:``, then each method's ``wrap_loss`` and
+``terms`` hooks in the order of ``dmlkit.methods.METHODS``. ``build_run`` adds the datasets,
+the batch sampler, the parameter groups, the stopping rule and the callbacks, and
+``build_trainer`` / ``resume_trainer`` hand them to the method-agnostic ``Trainer``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from dmlkit.assemble.eval_model import evaluation_model
+from dmlkit.config import ExperimentConfig, dump_config, load_config
+from dmlkit.data import build_datasets, create_batch_sampler, create_dataset
+from dmlkit.engine.callbacks import Callback
+from dmlkit.engine.early_stopping import EarlyStopping
+from dmlkit.engine.objective import MetricLossTerm, Objective
+from dmlkit.engine.optim import parameter_groups
+from dmlkit.engine.parts import RunParts, Splits, plain_encode
+from dmlkit.engine.run_folder import RunFolder
+from dmlkit.engine.trainer import Trainer
+from dmlkit.losses.config import build_loss
+from dmlkit.methods import BuildContext, Method, build_methods
+from dmlkit.models import build_embedder
+
+__all__ = [
+    "BuiltModel", "Splits", "build_model", "build_run", "build_splits", "build_trainer", "default_run_dir",
+    "reference_dataset", "resume_trainer", "run_split",
+]
+
+
+def build_splits(cfg: ExperimentConfig) -> Splits:
+    """Train / validation (class-disjoint hold-out of the train classes) / test datasets of ``cfg.data``.
+
+    With ``data.val_fraction: 0`` the test split monitors training (the conventional protocol).
+    """
+    sets = build_datasets(cfg.data, seed=cfg.seed, test_split=cfg.eval.split)
+    reference = reference_dataset(cfg)
+    if "val" not in sets:
+        return Splits(train=sets["train"], val=sets["test"], test=sets["test"], val_is_test=True, reference=reference)
+    return Splits(train=sets["train"], val=sets["val"], test=sets["test"], reference=reference)
+
+
+def run_split(cfg: ExperimentConfig, split: str) -> Any:
+    """Split ``split`` of the run's dataset, un-augmented."""
+    d = cfg.data
+    common = dict(root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes, **d.params)
+    return create_dataset(d.name, split, **common)
+
+
+def reference_dataset(cfg: ExperimentConfig) -> Any:
+    """The un-augmented ``eval.reference_split`` of the run's dataset (query -> gallery), or None."""
+    return None if cfg.eval.reference_split is None else run_split(cfg, cfg.eval.reference_split)
+
+
+def check_trainable(train_set: Any) -> None:
+    if train_set.num_classes < 2:
+        raise ValueError(
+            f"the training split has {train_set.num_classes} class; metric learning needs at least 2 "
+            "(raise data.max_classes, or lower data.val_fraction so that training keeps several classes)"
+        )
+
+
+@dataclass
+class BuiltModel:
+    """The model, the objective and the methods that shaped it."""
+
+    model: nn.Module
+    objective: Objective
+    methods: list[Method]
+
+
+def build_model(cfg: ExperimentConfig, train_set: Any, pretrained: bool | None = None) -> BuiltModel:
+    """The embedder, the objective and the methods, initialised from the run's seed without touching global RNG state.
+
+    ``pretrained=False`` skips loading pretrained backbone weights (a finished run loads its own).
+    """
+    model_cfg = cfg.model if pretrained is None else _with_pretrained(cfg, pretrained)
+    methods = build_methods(cfg)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = build_embedder(model_cfg, in_channels=train_set.in_channels)
+        loss, miner = build_loss(cfg.loss, num_classes=train_set.num_classes, embedding_size=cfg.model.embedding_dim)
+    counts = torch.bincount(train_set.labels, minlength=train_set.num_classes)
+    ctx = BuildContext(cfg, model, train_set, train_set.num_classes, counts)
+    for method in methods:
+        method.setup(ctx)
+    for method in methods:
+        loss, miner = method.wrap_loss(loss, miner)
+    terms = [MetricLossTerm(loss, miner)]
+    for method in methods:
+        terms = method.terms(terms)
+    return BuiltModel(model, Objective(terms), methods)
+
+
+def _with_pretrained(cfg: ExperimentConfig, pretrained: bool) -> Any:
+    return dataclasses.replace(cfg.model, pretrained=pretrained)
+
+
+def _stopper(cfg: ExperimentConfig, methods: Sequence[Method]) -> EarlyStopping:
+    rules = [rule for rule in (m.stopper(cfg.train) for m in methods) if rule is not None]
+    if len(rules) > 1:
+        names = [m.name for m in methods if m.stopper(cfg.train) is not None]
+        raise ValueError(f"methods {names} each bring a stopping rule; a run can follow only one")
+    return rules[0] if rules else EarlyStopping(cfg.train.patience)
+
+
+def _encoder(methods: Sequence[Method]) -> tuple[Any, tuple[str, ...]]:
+    """The batch encoder of the one method that has one (else the model's forward) and its model methods."""
+    encoders = [m for m in methods if type(m).encode is not Method.encode]
+    if len(encoders) > 1:
+        raise ValueError(f"methods {[m.name for m in encoders]} each embed the training batch their own way; combine at most one")
+    if not encoders:
+        return plain_encode, ()
+    return encoders[0].encode, encoders[0].forward_methods
+
+
+def build_run(cfg: ExperimentConfig) -> RunParts:
+    """Everything the trainer needs for ``cfg``, built before any run folder is touched (config errors come first)."""
+    splits = build_splits(cfg)
+    check_trainable(splits.train)
+    built = build_model(cfg, splits.train)
+    t = cfg.train
+    claimed = [group for m in built.methods for group in m.param_groups(t)]
+    params = {"m": t.m_per_class, **t.sampler_params} if t.sampler == "m_per_class" else t.sampler_params
+    sampler = create_batch_sampler(t.sampler, splits.train, t.batch_size, seed=cfg.seed, **params)
+    encode, forward_methods = _encoder(built.methods)
+    objective, methods, source = built.objective, built.methods, cfg.eval.embedding
+    evaluation_model(built.model, objective, source, methods)  # an impossible eval.embedding fails here, not after training
+    return RunParts(
+        name=cfg.name, seed=cfg.seed, config_text=dump_config(cfg), splits=splits, model=built.model, objective=objective,
+        batch_sampler=sampler, param_groups=parameter_groups(built.model, objective, t, claimed),
+        stopper=_stopper(cfg, methods), eval_model=lambda model: evaluation_model(model, objective, source, methods),
+        callbacks=[cb for m in methods for cb in m.callbacks()], encode=encode, forward_methods=forward_methods,
+        plots=cfg.plots, num_workers=cfg.data.num_workers,
+    )
+
+
+def build_trainer(
+    cfg: ExperimentConfig, run_dir: str | Path | None = None, callbacks: Sequence[Callback] = (), quiet: bool = False
+) -> Trainer:
+    """A trainer for a new run of ``cfg`` in ``run_dir`` (default ``output_dir/name``)."""
+    run_dir = default_run_dir(cfg) if run_dir is None else run_dir
+    return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet)
+
+
+def resume_trainer(run_dir: str | Path, callbacks: Sequence[Callback] = (), quiet: bool = False) -> Trainer:
+    """A trainer that continues the run in ``run_dir`` from its last checkpoint, with the run's own config."""
+    folder = RunFolder(run_dir)
+    folder.prepare_resume()
+    cfg = load_config(folder.config)
+    return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet, resuming=True)
+
+
+def default_run_dir(cfg: ExperimentConfig) -> Path:
+    return Path(cfg.output_dir) / cfg.name

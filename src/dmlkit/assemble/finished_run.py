@@ -1,0 +1,126 @@
+"""The one loader of a finished run: rebuild its model (and objective) from config.yaml, load a checkpoint.
+
+Every command that uses a trained run goes through ``load_finished_run`` (``dmlkit evaluate``,
+``gallery``, ``embed`` / ``search`` / ``serve``, ``export``, diagnostics, protocols, studies), and
+embeds with ``LoadedRun.eval_model``, the module the trainer evaluated: the same vectors
+everywhere (for SFT-d, the L2-normalised embedding).
+
+``load_finished_run(run, in_channels=C)`` needs no dataset (a run can embed and serve images after
+its training data is gone): only the embedder is rebuilt, unless the run evaluates a classifier
+loss's outputs (``eval.embedding: classifier``), whose shape comes from the training classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from dmlkit.assemble.build import build_model, build_splits, run_split
+from dmlkit.assemble.eval_model import evaluation_model, feature_model
+from dmlkit.config import ExperimentConfig, load_config
+from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
+from dmlkit.engine.embed import embed_dataset
+from dmlkit.engine.run_folder import RunFolder
+from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
+from dmlkit.io import write_json_atomic
+from dmlkit.methods import Method, build_methods
+from dmlkit.models import build_embedder
+
+__all__ = ["LoadedRun", "embed_run", "evaluate_run", "load_finished_run", "resolve_checkpoint"]
+
+
+def resolve_checkpoint(run_or_checkpoint: str | Path) -> tuple[RunFolder, Path]:
+    """Accept a run folder (uses its best.pt, else last.pt) or a checkpoint file inside a run folder."""
+    path = Path(run_or_checkpoint)
+    if path.is_dir():
+        folder = RunFolder(path)
+        checkpoint = folder.best_checkpoint if folder.best_checkpoint.is_file() else folder.last_checkpoint
+    else:
+        folder, checkpoint = RunFolder(path.parent), path
+    if not folder.config.is_file():
+        raise ValueError(f"'{folder.path}' has no config.yaml; pass a run folder written by dmlkit train")
+    if not checkpoint.is_file():
+        raise ValueError(f"'{folder.path}' has no best.pt or last.pt: the run saved no weights to load")
+    return folder, checkpoint
+
+
+@dataclass
+class LoadedRun:
+    """A finished run rebuilt from its folder: config, model (and objective) with the checkpoint's weights.
+
+    ``objective`` is None when the run was loaded without its dataset.
+    """
+
+    cfg: ExperimentConfig
+    model: nn.Module
+    objective: nn.Module | None
+    methods: list[Method]
+    folder: RunFolder
+    checkpoint: Path
+
+    @property
+    def features(self) -> nn.Module:
+        """The embedding as the run's methods define it (``eval.embedding: features``)."""
+        return feature_model(self.model, self.methods)
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The module the run is evaluated with (``eval.embedding``: the features or a classifier's outputs)."""
+        return evaluation_model(self.model, self.objective, self.cfg.eval.embedding, self.methods)
+
+    def split(self, name: str) -> Any:
+        """The run's un-augmented split ``name``."""
+        return run_split(self.cfg, name)
+
+    def embed(self, dataset: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(embeddings, labels)`` of ``dataset`` under ``eval_model``."""
+        return embed_dataset(self.eval_model, dataset, self.cfg.eval.batch_size)
+
+
+def load_finished_run(run_or_checkpoint: str | Path, in_channels: int | None = None) -> LoadedRun:
+    """The run's config, model and objective with the weights of ``run_or_checkpoint`` (best.pt of a run folder).
+
+    With ``in_channels`` and a run evaluated on its features, no dataset is read and only the
+    embedder is rebuilt (``objective`` is None).
+    """
+    folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
+    cfg = load_config(folder.config)
+    state = load_checkpoint(checkpoint)
+    if in_channels is not None and cfg.eval.embedding == "features":
+        model_cfg = dataclasses.replace(cfg.model, pretrained=False)  # the weights come from the checkpoint
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            model = build_embedder(model_cfg, in_channels=in_channels)
+        objective, methods = None, build_methods(cfg)
+    else:
+        built = build_model(cfg, build_splits(cfg).train, pretrained=False)
+        model, objective, methods = built.model, built.objective, built.methods
+        if "objective" in state:
+            objective.load_state_dict(state["objective"])
+    load_model_state(model, state["model"], str(checkpoint))
+    model.eval()
+    return LoadedRun(cfg, model, objective, methods, folder, checkpoint)
+
+
+def embed_run(run_or_checkpoint: str | Path, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(embeddings, labels)`` of ``split`` under the run's evaluated model."""
+    run = load_finished_run(run_or_checkpoint)
+    return run.embed(run.split(split))
+
+
+def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str, Any]:
+    """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``."""
+    run = load_finished_run(run_or_checkpoint)
+    cfg = run.cfg
+    embeddings, labels = run.embed(run.split(split))
+    refs: tuple = (None, None)
+    if cfg.eval.reference_split is not None and split == cfg.eval.split:  # queries against the gallery
+        refs = run.embed(run.split(cfg.eval.reference_split))
+    metrics = evaluate_embeddings(embeddings, labels, *refs, ks=tuple(cfg.eval.ks), clustering=cfg.eval.clustering, seed=cfg.seed)
+    write_json_atomic(run.folder.path / f"eval_{split}.json", {"checkpoint": str(run.checkpoint), "split": split, **metrics})
+    return metrics

@@ -1,0 +1,95 @@
+"""GSP's zero-shot prediction loss as a training method: the mixing of Eq. 5.2.5 of the thesis.
+
+``loss.zero_shot_weight = lam > 0`` turns it on (with ``model.pooling: gsp``). The objective
+becomes ``(1 - lam) L_DML + lam L_ZS``: every metric-loss term is scaled by ``1 - lam`` and
+``ZeroShotTerm`` adds ``lam * L_ZS`` (Eq. 5.2.4 of ``ZeroShotPredictionLoss``). Its ``encode``
+embeds a training batch with ``Embedder.encode``, so the batch carries the GSP transport plan
+under ``"transport_plan"`` (gathered across processes with the embeddings). The class-disjoint
+halves are drawn from a generator seeded with ``(seed, step)``, so a resumed run draws the same
+halves as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from dmlkit.data.seeding import make_generator
+from dmlkit.engine.objective import ObjectiveTerm
+from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
+from dmlkit.methods.base import BuildContext, Method
+
+if TYPE_CHECKING:
+    from dmlkit.config import ExperimentConfig
+
+__all__ = ["PLAN_KEY", "ZeroShot", "ZeroShotTerm"]
+
+PLAN_KEY = "transport_plan"
+_INIT_STREAM = -1  # seeds the class embeddings; the per-step halves use (seed, step >= 0)
+
+
+class ZeroShotTerm(ObjectiveTerm):
+    """``weight * L_ZS(batch["transport_plan"], labels)`` (thesis Sec. 5.2.3)."""
+
+    def __init__(self, loss: ZeroShotPredictionLoss, weight: float, seed: int = 0, name: str = "zero_shot") -> None:
+        super().__init__(name, weight)
+        self.loss = loss
+        self.seed = int(seed)
+
+    def value(self, embeddings: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any]) -> torch.Tensor:
+        plan = batch.get(PLAN_KEY)
+        if plan is None:
+            raise ValueError(
+                f"the zero-shot term needs batch['{PLAN_KEY}'] (the GSP plan): embed with Embedder.encode "
+                "and a pooling that has forward_with_plan (model.pooling: gsp)"
+            )
+        generator = make_generator(self.seed, int(batch.get("step", 0)))
+        return self.loss(plan, labels, generator)
+
+
+class ZeroShot(Method):
+    """``(1 - lam) L_DML + lam L_ZS`` (Eq. 5.2.5) for a run whose pooling is GSP."""
+
+    name = "zero_shot"
+    forward_methods = ("encode",)
+    _PARAMS = ("ridge", "embedding_dim")
+
+    def __init__(self, cfg: "ExperimentConfig") -> None:
+        weight, params = cfg.loss.zero_shot_weight, dict(cfg.loss.zero_shot_params)
+        if not 0.0 < weight < 1.0:
+            raise ValueError(f"loss.zero_shot_weight must lie in [0, 1) (lam of Eq. 5.2.5), got {weight}")
+        unknown = sorted(set(params) - set(self._PARAMS))
+        if unknown:
+            raise ValueError(f"unknown loss.zero_shot_params {unknown}; valid keys are: {', '.join(self._PARAMS)}")
+        self.weight, self.params = float(weight), params
+        self.term: ZeroShotTerm | None = None
+
+    @classmethod
+    def from_config(cls, cfg: "ExperimentConfig") -> "ZeroShot | None":
+        return cls(cfg) if cfg.loss.zero_shot_weight != 0 else None
+
+    def setup(self, ctx: BuildContext) -> None:
+        pooling = getattr(ctx.model, "pooling", None)
+        if not hasattr(pooling, "forward_with_plan"):
+            raise ValueError(
+                f"loss.zero_shot_weight > 0 needs a pooling with a transport plan (model.pooling: gsp), "
+                f"got {type(pooling).__name__}"
+            )
+        m, mu = getattr(pooling, "num_prototypes", None), getattr(pooling, "mu", None)
+        if not isinstance(m, int) or mu is None:
+            raise ValueError(f"pooling {type(pooling).__name__} must expose num_prototypes and mu for the zero-shot loss")
+        loss = ZeroShotPredictionLoss(ctx.num_classes, m, mu=float(mu), generator=make_generator(ctx.seed, _INIT_STREAM),
+                                      **self.params)
+        self.term = ZeroShotTerm(loss, self.weight, seed=ctx.seed)
+
+    def terms(self, terms: list[ObjectiveTerm]) -> list[ObjectiveTerm]:
+        for term in terms:  # L_DML: every metric-loss term (the real and, with SFT, the generated one)
+            if term.is_metric_loss:
+                term.weight = (1.0 - self.weight) * term.weight
+        return [*terms, self.term]
+
+    def encode(self, model: nn.Module, images: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        encoded = model.encode(images)
+        return encoded.embedding, {PLAN_KEY: encoded.plan}
