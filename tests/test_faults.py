@@ -54,7 +54,12 @@ def test_sigterm_writes_last_checkpoint_and_resume_finishes_like_an_uninterrupte
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["steps"] == 8
 
-    full = build_trainer(load_config("configs/quickstart.yaml", RUN), tmp_path / "full", quiet=True).fit()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the subprocesses (OMP_NUM_THREADS=1): float sums depend on the thread count
+    try:
+        full = build_trainer(load_config("configs/quickstart.yaml", RUN), tmp_path / "full", quiet=True).fit()
+    finally:
+        torch.set_num_threads(threads)
     assert resumed["test"] == pytest.approx(full["test"], abs=1e-6)
     a, b = load_checkpoint(run_dir / "last.pt")["model"], load_checkpoint(tmp_path / "full" / "last.pt")["model"]
     for key in a:
