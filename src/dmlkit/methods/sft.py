@@ -117,7 +117,8 @@ class SFT(Method):
         metric.name = "real"
         if self.cfg.normalize_input:
             metric.loss = NormalizedInputLoss(metric.loss)
-        return [*terms, generated]
+        i = terms.index(metric) + 1  # right after the real term: the two summands of Eq. 10 side by side
+        return [*terms[:i], generated, *terms[i:]]
 
     def eval_model(self, model: nn.Module) -> nn.Module:
         return L2Normalized(model) if self.cfg.normalize_input else model

@@ -1,0 +1,101 @@
+"""Methods as plug-ins: one registration line adds a method; the composition order of the hooks; SFT's named terms."""
+
+import json
+
+import pytest
+import torch
+
+from dmlkit.assemble import build_model, build_trainer
+from dmlkit.config import load_config
+from dmlkit.engine.callbacks import Callback
+from dmlkit.engine.objective import ObjectiveTerm
+from dmlkit.methods import METHODS, Method, build_methods
+from dmlkit.methods.ccp import ProjectionTerm
+from dmlkit.methods.sft import GeneratedTerm, NormalizedInputLoss
+from dmlkit.methods.zero_shot import ZeroShotTerm
+from dmlkit.proxies import ProxyPairLoss
+from tests_helpers import TINY_OVERRIDES, fake_train_set
+
+QUICK = TINY_OVERRIDES + ["plots=false", "eval.clustering=false", "train.max_steps=4", "train.val_every=4", "train.log_every=1"]
+LABELS = torch.arange(6).repeat(12)
+
+
+class SpreadTerm(ObjectiveTerm):
+    def value(self, embeddings, labels, batch):
+        return embeddings.mean(dim=0).pow(2).sum()
+
+
+class CountBatches(Callback):
+    def __init__(self):
+        self.batches = 0
+
+    def on_batch_end(self, trainer, batch, outputs):
+        self.batches += 1
+
+
+class Spread(Method):
+    """A toy method: one term and one callback, registered from outside the package."""
+
+    name = "spread"
+
+    def __init__(self, cfg):
+        self.counter = CountBatches()
+
+    def terms(self, terms):
+        return [*terms, SpreadTerm("spread", weight=0.5)]
+
+    def callbacks(self):
+        return [self.counter]
+
+
+def test_a_method_plugs_in_with_one_registration_line(tmp_path, monkeypatch):
+    made = []
+    monkeypatch.setitem(METHODS, "spread", lambda cfg: made.append(Spread(cfg)) or made[-1])
+    build_trainer(load_config("configs/quickstart.yaml", QUICK), tmp_path / "run", quiet=True).fit()
+    train = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in train if r["split"] == "train"]
+    assert len(train) == 4 and all(r["loss/spread"] > 0 for r in train)
+    assert all(r["loss"] == pytest.approx(r["loss/metric"] + r["loss/spread"], rel=1e-6) for r in train)
+    assert made[0].counter.batches == 4
+
+
+def test_sft_logs_its_real_and_generated_losses(tmp_path):
+    sft = ["augment.name=sft", "augment.lam=0.5", "augment.update_centers_first=true"]
+    build_trainer(load_config("configs/quickstart.yaml", QUICK + sft), tmp_path / "run", quiet=True).fit()
+    train = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in train if r["split"] == "train"]
+    assert train and all(r["loss"] == pytest.approx(r["loss/real"] + r["loss/generated"], rel=1e-6) for r in train)
+    assert any(r["loss/generated"] > 0 for r in train)
+
+
+def test_ccp_wraps_first_so_the_generated_term_scores_against_the_proxies():
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["augment.name=sft", "ccp.proxies_per_class=2",
+                                                                      "ccp.pool_size=3"])
+    assert [m.name for m in build_methods(cfg)] == ["ccp", "sft"]
+    real, generated, projection = build_model(cfg, fake_train_set(LABELS)).objective.terms
+    assert (real.name, generated.name, projection.name) == ("real", "generated", "projection")
+    assert isinstance(generated, GeneratedTerm) and isinstance(projection, ProjectionTerm)
+    assert isinstance(real.loss, ProxyPairLoss) and generated.loss is real.loss
+
+
+def test_zero_shot_mixes_every_metric_loss_term_and_not_the_regulariser():
+    gsp = ["model.pooling=gsp", "loss.zero_shot_weight=0.25", "augment.name=sft_d", "augment.normalize_input=true",
+           "model.normalize=none", "augment.lam=0.2"]
+    terms = build_model(load_config("configs/quickstart.yaml", TINY_OVERRIDES + gsp), fake_train_set(LABELS)).objective.terms
+    weights = {t.name: t.weight for t in terms}
+    assert weights == pytest.approx({"real": 0.75, "generated": 0.75 * 0.2, "zero_shot": 0.25})
+    assert isinstance(terms[0].loss, NormalizedInputLoss) and isinstance(terms[2], ZeroShotTerm)
+    assert not isinstance(terms[1].loss, NormalizedInputLoss)  # SFT-d translates before normalising
+
+
+def test_methods_that_would_fight_over_the_loop_are_refused(monkeypatch):
+    class Encoder(Method):
+        name = "encoder"
+
+        def encode(self, model, images):
+            return model(images), {}
+
+    monkeypatch.setitem(METHODS, "a", lambda cfg: Encoder())
+    monkeypatch.setitem(METHODS, "b", lambda cfg: Encoder())
+    with pytest.raises(ValueError, match="embed the training batch"):
+        build_trainer(load_config("configs/quickstart.yaml", QUICK), "unused", quiet=True)
