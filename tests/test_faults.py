@@ -120,3 +120,49 @@ def test_a_second_trainer_on_the_same_run_folder_is_refused(tmp_path):
     other = RunFolder(tmp_path / "run")
     other.acquire()  # free again once released
     other.release()
+
+
+def _unstarted(path, *names):
+    """A run folder as a run killed before its first last.pt leaves it (plus ``names``)."""
+    path.mkdir()
+    (path / "config.yaml").write_text("name: a\n")
+    (path / "metrics.jsonl").write_text('{"split": "train", "step": 2, "loss": 1.0}\n')
+    (path / ".lock").write_text("")
+    (path / ".last.pt.999999999-0a1b2c3d.tmp").write_bytes(b"half a checkpoint")  # no such pid
+    for name in names:
+        (path / name).write_bytes(b"x")
+    return RunFolder(path)
+
+
+def test_a_run_folder_stopped_before_its_first_checkpoint_starts_again(tmp_path):
+    folder = _unstarted(tmp_path / "run")
+    with pytest.warns(RuntimeWarning, match=r"before its first checkpoint \(last logged step 2\)"):
+        folder.start_new("name: b\n")
+    folder.release()
+    assert sorted(p.name for p in folder.path.iterdir()) == [".lock", "config.yaml"]  # the config is rewritten by the trainer
+
+
+def test_best_pt_without_last_pt_is_kept_unless_the_same_config_starts_again(tmp_path):
+    folder = _unstarted(tmp_path / "run", "best.pt")
+    with pytest.raises(ValueError, match=r"best.pt but no last.pt.*--resume"):
+        folder.start_new("name: other\n")
+    assert (folder.path / "best.pt").is_file()
+    assert not list(folder.path.glob("*.tmp"))  # the temporary file of the killed write is gone all the same
+    with pytest.warns(RuntimeWarning, match="starting it again"):
+        folder.start_new("name: a\n")  # the same config: its first validation writes best.pt again
+    folder.release()
+    with pytest.warns(RuntimeWarning, match="with its config.yaml"):
+        _unstarted(tmp_path / "own", "best.pt").start_new("name: a, as loaded\n", own_config=True)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("last.pt", "resume it with --resume"), ("summary.json", "finished"), ("notes.txt", "notes.txt"),
+])
+def test_a_run_folder_with_a_checkpoint_a_result_or_other_files_is_never_overwritten(tmp_path, name, message):
+    folder = _unstarted(tmp_path / "run", name)
+    with pytest.raises(ValueError, match=message):
+        folder.start_new("name: a\n")
+    assert (folder.path / name).is_file() and (folder.path / "metrics.jsonl").is_file()
+    other = RunFolder(folder.path)
+    other.acquire()  # start_new released its lock
+    other.release()

@@ -81,3 +81,33 @@ def test_bad_mode_and_missing_folder_are_refused(tmp_path):
     with pytest.raises(FileNotFoundError):
         write_text_atomic(tmp_path / "missing" / "a.txt", "x")
     assert list(tmp_path.iterdir()) == []
+
+
+def _dead_pid():
+    import subprocess
+    import sys
+
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(child.stdout)
+
+
+def test_stale_temporaries_of_dead_writers_are_removed_and_live_ones_kept(tmp_path):
+    import os
+
+    dead, alive = _dead_pid(), os.getppid()
+    stale = tmp_path / f".last.pt.{dead}-0a1b2c3d.tmp"
+    live = tmp_path / f".best.pt.{alive}-0a1b2c3d.tmp"
+    other = tmp_path / f".embeddings.npy.{dead}-0a1b2c3d.tmp"
+    kept = [tmp_path / "last.pt", tmp_path / ".lock", tmp_path / f"notes.{dead}-0a1b2c3d.tmp"]
+    for path in [stale, live, other, *kept]:
+        path.write_bytes(b"x")
+    assert dio.remove_stale_temporaries(tmp_path, targets=["last.pt"]) == [stale]
+    assert dio.remove_stale_temporaries(tmp_path) == [other]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in [live, *kept])
+    assert dio.remove_stale_temporaries(tmp_path / "absent") == []
+
+
+def test_the_temporary_name_of_an_atomic_write_is_recognised_as_one(tmp_path):
+    with atomic_write(tmp_path / "a.txt", "w") as fh:
+        match = dio.TEMPORARY_NAME.match(fh.name.rpartition("/")[2])
+    assert match is not None and match["target"] == "a.txt"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -338,8 +339,22 @@ COMMANDS["study"] = _cmd_study
 COMMANDS["sweep"] = _cmd_sweep
 
 
+def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    """dmlkit's own warnings as one ``dmlkit: warning: ...`` line; other packages' warnings as Python shows them."""
+    if "/dmlkit/" in filename.replace("\\", "/"):
+        print(f"dmlkit: warning: {message}", file=file or sys.stderr)
+    else:
+        (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return COMMANDS[args.command](args)
     except (ValueError, FileNotFoundError) as err:

@@ -6,18 +6,28 @@ hands it to the caller, and on a clean exit flushes it, ``fsync``s it and moves 
 The temporary name (``.<name>.<pid>-<random>.tmp``) is fresh per call, so two processes writing the
 same file at once both end with a complete one; it is created with the process's umask, like a
 plain ``open``. ``write_text_atomic`` and ``write_json_atomic`` are the one-line cases.
+
+A process killed inside the block (``kill -9``, power loss) leaves its temporary file behind;
+``remove_stale_temporaries(folder)`` deletes those whose writer (the pid in the name) is gone, and
+the writers of run folders and embedding jobs call it when they start.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
-__all__ = ["atomic_write", "write_text_atomic", "write_json_atomic"]
+from dmlkit.faults import fault_point
+
+__all__ = ["atomic_write", "remove_stale_temporaries", "write_text_atomic", "write_json_atomic"]
+
+#: ``.<name>.<pid>-<8 characters>.tmp``: the temporary files of ``atomic_write`` (and of the run folder's write test).
+TEMPORARY_NAME = re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)-[0-9a-z_]{8}\.tmp$")
 
 
 @contextmanager
@@ -36,6 +46,7 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO[
         with fh:
             yield fh
             fh.flush()
+            fault_point(f"write:{path.name}")
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -52,3 +63,35 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
 def write_json_atomic(path: str | os.PathLike[str], values: dict[str, Any]) -> None:
     """Replace ``path`` with ``values`` as indented JSON (and a final newline) atomically."""
     write_text_atomic(path, json.dumps(values, indent=2) + "\n")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | os.PathLike[str], targets: Iterable[str] | None = None) -> list[Path]:
+    """Delete the temporary files that killed ``atomic_write`` calls left in ``folder``; return their paths.
+
+    A temporary file counts as stale when the process named by the pid in its name no longer
+    exists (so a write still in progress in another process is never touched). ``targets``
+    limits the clean-up to temporaries of those file names (e.g. ``["embeddings.npy"]``).
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    wanted = None if targets is None else set(targets)
+    removed = []
+    for path in sorted(folder.iterdir()):
+        match = TEMPORARY_NAME.match(path.name)
+        if match is None or not path.is_file() or (wanted is not None and match["target"] not in wanted):
+            continue
+        if int(match["pid"]) != os.getpid() and not _process_alive(int(match["pid"])):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

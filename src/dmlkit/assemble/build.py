@@ -153,9 +153,12 @@ def build_trainer(
 
 
 def resume_trainer(run_dir: str | Path, callbacks: Sequence[Callback] = (), quiet: bool = False) -> Trainer:
-    """A trainer that continues the run in ``run_dir`` from its last checkpoint, with the run's own config."""
+    """A trainer that continues the run in ``run_dir`` from its last checkpoint, with the run's own config.
+
+    A run that stopped before its first ``last.pt`` starts again from step 0; a finished run is left as it is.
+    """
     folder = RunFolder(run_dir)
-    folder.prepare_resume()
+    folder.check_started()
     cfg = load_config(folder.config)
     return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet, resuming=True)
 

@@ -81,6 +81,9 @@ def check_train_values(t: TrainConfig) -> None:
             raise bad(key, value, "in [0, 1)" if low_ok else ("in (0, 1)" if key == "plateau_factor" else "in (0, 1]"))
     if len(t.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in t.betas):
         raise bad("betas", t.betas, "two numbers in [0, 1), e.g. [0.9, 0.99]")
+    for key, valid in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES)):
+        if getattr(t, key) not in valid:
+            raise ValueError(f"unknown train.{key} {getattr(t, key)!r}; valid values are: {', '.join(valid)}")
     if t.batch_size % t.devices:
         raise bad("batch_size", t.batch_size, f"divisible by train.devices={t.devices} (it is the global batch)")
 
@@ -106,3 +109,16 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.embedding not in ("features", "classifier"):
             raise ValueError(f"eval.embedding must be 'features' or 'classifier', got {self.embedding!r}")
+        if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+            raise ValueError(f"eval.ks must be a non-empty list of positive integers (the K of each R@K), e.g. [1, 2, 4, 8]; got {self.ks!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"eval.batch_size must be a positive integer, got {self.batch_size!r}")
+
+
+def check_val_metric(train: TrainConfig, evaluation: EvalConfig, names: list[str]) -> None:
+    """``train.val_metric`` must be one of ``names``, the metrics a validation reports with ``eval.ks``."""
+    if train.val_metric not in names:
+        raise ValueError(
+            f"train.val_metric {train.val_metric!r} is not a metric the validation reports; valid with "
+            f"eval.ks={list(evaluation.ks)}: {', '.join(names)}"
+        )

@@ -1,13 +1,30 @@
-"""The run folder: where a run writes its config, log, checkpoints, summary and plots."""
+"""The run folder: where a run writes its config, log, checkpoints, summary and plots.
+
+A folder whose run stopped before its first ``last.pt`` (killed before the first validation or
+while the first ``last.pt`` was written, or stopped by an error found after the folder was made)
+holds nothing a resume could continue from. ``start_new`` starts such a folder again, so the
+command that made it (corrected, if it had a config error) simply runs again; a folder holding
+``last.pt`` or a finished run is never overwritten. ``best.pt`` without ``last.pt`` is only
+replaced by a run of the same config (the first validation writes it again, identically), since a
+run of another config would lose it. Every start removes the temporary files of atomic writes that
+a killed process left behind.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
+from dmlkit.io import remove_stale_temporaries
 
 MIN_FREE_BYTES = 200 * 2**20
+
+#: What a run writes before its first ``last.pt`` (``best.pt`` aside): a folder holding only these can start again.
+BEFORE_FIRST_CHECKPOINT = frozenset({"config.yaml", "metrics.jsonl", "environment.json", ".lock"})
 
 
 class RunFolder:
@@ -22,15 +39,73 @@ class RunFolder:
     best_checkpoint = property(lambda self: self.path / "best.pt")
     summary = property(lambda self: self.path / "summary.json")
     plots = property(lambda self: self.path / "plots")
+    environment = property(lambda self: self.path / "environment.json")
 
-    def prepare_new(self) -> None:
-        """Create the folder for a fresh run; refuse to overwrite a run that is already there."""
-        if self.path.exists() and any(self.path.iterdir()):
+    def start_new(self, config_text: str, own_config: bool = False) -> None:
+        """Create and lock the folder of a fresh run and clear what an unstarted run left; refuse to overwrite a run.
+
+        ``own_config``: ``config_text`` is the folder's own config (a resume that found no ``last.pt``).
+        The caller writes ``config.yaml`` after this returns; the lock is held until ``release()``.
+        """
+        self._check_writable()
+        self.acquire()
+        try:
+            self.remove_temporaries()
+            self._clear_unstarted(config_text, own_config)
+        except BaseException:
+            self.release()
+            raise
+
+    def remove_temporaries(self) -> list[Path]:
+        """Delete the temporary files of writes killed in this folder (see ``dmlkit.io.remove_stale_temporaries``)."""
+        return remove_stale_temporaries(self.path)
+
+    def _clear_unstarted(self, config_text: str, own_config: bool) -> None:
+        entries = {p.name for p in self.path.iterdir()} - {".lock"}
+        if not entries:
+            return
+        if self.summary.is_file():
+            raise ValueError(
+                f"run folder '{self.path}' already holds a run that finished (summary.json); evaluate it with dmlkit evaluate "
+                f"{self.path}, or choose another name (--set name=...), output_dir or --run-dir for a new run"
+            )
+        if self.last_checkpoint.is_file():
             raise ValueError(
                 f"run folder '{self.path}' already holds a run; resume it with --resume {self.path}, "
-                "or choose another name (--set name=...) or output_dir"
+                "or choose another name (--set name=...), output_dir or --run-dir"
             )
-        self._check_writable()
+        foreign = sorted(entries - BEFORE_FIRST_CHECKPOINT - {self.best_checkpoint.name})
+        if foreign:
+            raise ValueError(
+                f"run folder '{self.path}' holds files that are not those of an unstarted run ({', '.join(foreign[:5])}); "
+                "choose another name (--set name=...), output_dir or --run-dir, or empty the folder"
+            )
+        saved = self.config.read_text() if self.config.is_file() else None
+        if self.best_checkpoint.is_file() and not own_config and saved != config_text:
+            raise ValueError(
+                f"run folder '{self.path}' holds best.pt but no last.pt: its run was stopped while writing its first "
+                f"checkpoint. `dmlkit train --resume {self.path}` starts that run again from step 0 with its own "
+                "config (its first validation writes best.pt again); to train another config, choose another "
+                "name (--set name=...), output_dir or --run-dir"
+            )
+        warnings.warn(
+            f"run folder '{self.path}' holds a run that stopped before its first checkpoint "
+            f"({self._last_logged_step()}); starting it again from step 0"
+            + (" with its config.yaml" if own_config else ""),
+            RuntimeWarning, stacklevel=3,
+        )
+        for leftover in (self.metrics, self.environment):
+            leftover.unlink(missing_ok=True)
+
+    def _last_logged_step(self) -> str:
+        step = None
+        if self.metrics.is_file():
+            for line in self.metrics.read_text().splitlines():
+                try:
+                    step = json.loads(line).get("step", step)
+                except (json.JSONDecodeError, AttributeError):
+                    break
+        return "no step logged" if step is None else f"last logged step {step}"
 
     def acquire(self) -> None:
         """Hold an exclusive lock on the folder while this process trains into it.
@@ -67,10 +142,18 @@ class RunFolder:
             )
         self._check_writable()
 
+    def check_started(self) -> None:
+        """Raise unless the folder holds a run's ``config.yaml`` (what ``--resume`` needs at the least)."""
+        if not self.config.is_file():
+            raise ValueError(
+                f"cannot resume: '{self.path}' holds no config.yaml, so no run was started in it; "
+                "start the run with dmlkit train CONFIG (it may use this folder)"
+            )
+
     def _check_writable(self) -> None:
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.path, prefix=".write-test-"):
+            with tempfile.NamedTemporaryFile(dir=self.path, prefix=f".write-test.{os.getpid()}-", suffix=".tmp"):
                 pass
         except OSError as err:
             raise ValueError(f"run folder '{self.path}' is not writable ({err}); choose another output_dir") from err

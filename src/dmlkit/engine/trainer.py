@@ -11,7 +11,9 @@ with the same weights and metrics as an uninterrupted one.
 
 from __future__ import annotations
 
+import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,7 +25,7 @@ from torch.utils.data import DataLoader, Sampler, Subset
 from dmlkit.distributed import ShardedBatchSampler, all_gather_no_grad, all_gather_with_grad, gather_shards, shard_indices
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, save_checkpoint
-from dmlkit.engine.config import EvalConfig, TrainConfig
+from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.launch import fabric_options
 from dmlkit.engine.metrics_log import MetricsLog
@@ -33,6 +35,8 @@ from dmlkit.engine.progress import TrainingProgress
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
+from dmlkit.evaluation.retrieval import metric_names
+from dmlkit.faults import fault_point
 from dmlkit.io import write_json_atomic, write_text_atomic
 
 
@@ -73,6 +77,7 @@ class Trainer:
         self, train: TrainConfig, evaluation: EvalConfig, run_dir: str | Path, parts: RunParts,
         callbacks: list[Callback] = (), quiet: bool = False, resuming: bool = False,
     ) -> None:
+        check_val_metric(train, evaluation, metric_names(evaluation.ks))  # before the run folder is made
         self.train_cfg, self.eval_cfg, self.parts = train, evaluation, parts
         self.folder = RunFolder(run_dir)
         self.callbacks = [*parts.callbacks, *callbacks]
@@ -88,13 +93,14 @@ class Trainer:
         t, parts = self.train_cfg, self.parts
         self.fabric = Fabric(**fabric_options(t))  # DDP under torchrun (engine/launch.py)
         self.fabric.launch()
-        if self.resuming:
+        continuing = self.resuming and self.folder.last_checkpoint.is_file()
+        if continuing:
             self.folder.prepare_resume()
             if self.fabric.is_global_zero:
                 self.folder.acquire()
+                self.folder.remove_temporaries()
         elif self.fabric.is_global_zero:  # only rank 0 writes the run folder
-            self.folder.prepare_new()
-            self.folder.acquire()
+            self.folder.start_new(parts.config_text, own_config=self.resuming)
             write_text_atomic(self.folder.config, parts.config_text)
         self.fabric.barrier()
         self.splits = parts.splits
@@ -112,7 +118,7 @@ class Trainer:
             self.sampler = ShardedBatchSampler(self.sampler, self.fabric.global_rank, self.fabric.world_size)
         self.stopper = parts.stopper
         self.log = MetricsLog(self.folder.metrics, write=self.fabric.is_global_zero)
-        if self.resuming:
+        if continuing:
             self._load_last()
 
     def _checkpoint_state(self) -> dict[str, Any]:
@@ -143,6 +149,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict[str, Any]:
+        if self.resuming and self.folder.summary.is_file():
+            return self._already_finished()
         try:
             self._setup()
             t = self.train_cfg
@@ -160,6 +168,21 @@ class Trainer:
         finally:
             self.folder.release()
 
+    def _already_finished(self) -> dict[str, Any]:
+        """``--resume`` of a finished run: nothing is trained, tested or written; its summary is returned."""
+        from lightning.fabric import Fabric
+
+        self.fabric = Fabric(**fabric_options(self.train_cfg))
+        self.fabric.launch()
+        summary = json.loads(self.folder.summary.read_text())
+        if self.fabric.is_global_zero:
+            warnings.warn(
+                f"run folder '{self.folder.path}' holds a finished run ({summary.get('steps')} steps, summary.json); "
+                f"--resume has nothing to do. Evaluate it with: dmlkit evaluate {self.folder.path}",
+                RuntimeWarning, stacklevel=3,
+            )
+        return summary
+
     def _epoch_loader(self) -> DataLoader:
         s = self.state
         self.sampler.set_epoch(s.epoch)
@@ -174,6 +197,7 @@ class Trainer:
             s.step += 1
             s.batch_in_epoch += 1
             outputs = self._train_step(images, labels)
+            fault_point(f"step:{s.step}")
             s.elapsed += time.perf_counter() - started
             started = time.perf_counter()
             progress.advance(outputs["loss"])
@@ -303,6 +327,7 @@ class Trainer:
     def _finish(self) -> dict[str, Any]:
         """Test metrics of the best weights; returns the summary (written after the callbacks' ``on_train_end``)."""
         self.fabric.barrier()  # rank 0 has written best.pt
+        fault_point("final_test")
         self.restore_best()
         embeddings, labels = self._embed(self.splits.test)
         test = self._metrics(embeddings, labels, self.splits.reference, self.eval_cfg.clustering)

@@ -48,9 +48,7 @@ def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True) -> 
         return json.loads(folder.summary.read_text())
     if folder.last_checkpoint.is_file():
         return resume_trainer(run_dir, quiet=quiet).fit()
-    if folder.path.exists() and any(folder.path.iterdir()):
-        raise ValueError(f"'{run_dir}' holds an unfinished run with no checkpoint; delete it to start again")
-    return build_trainer(cfg, run_dir, quiet=quiet).fit()
+    return build_trainer(cfg, run_dir, quiet=quiet).fit()  # a run stopped before its first checkpoint starts again
 
 
 def reuse_only(cfg: ExperimentConfig, run_dir: Path) -> Summary:

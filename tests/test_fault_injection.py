@@ -1,0 +1,115 @@
+"""Fault injection: kill -9 at exact points (``DMLKIT_FAULT``, see ``dmlkit.faults``), then continue and compare.
+
+Each killed run is a ``dmlkit train`` subprocess that sends itself SIGKILL at a named point: after
+an optimiser step, or inside the atomic write of a checkpoint (its temporary file written, not yet
+renamed). The run is then continued in this process with the command a user would type (the
+same command, or ``--resume``) and must end with the weights and test metrics of an uninterrupted
+run. Config errors are each followed by the corrected command in the same run folder. Runs are
+tiny (8 steps on a few glyph classes) so the file takes about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from dmlkit.cli import main
+from dmlkit.engine.checkpoint import load_checkpoint
+from tests_helpers import TINY_OVERRIDES
+
+RUN = TINY_OVERRIDES + ["train.log_every=1", "plots=false"]  # 8 steps, validation (and checkpoints) at 4 and 8
+SETS = [a for o in RUN for a in ("--set", o)]
+CONFIG = "configs/quickstart.yaml"
+
+
+def _one_thread(fn, *args):
+    """Run ``fn`` with one intra-op thread, as the subprocesses (float sums depend on the thread count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _killed(fault: str, *args: str) -> subprocess.CompletedProcess:
+    """``dmlkit ARGS`` in a subprocess told to SIGKILL itself at ``fault``; it must die by that signal."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DMLKIT_FAULT": fault}
+    proc = subprocess.run([sys.executable, "-m", "dmlkit", *args], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == -9, f"not killed at {fault}: rc {proc.returncode}\n{proc.stderr[-2000:]}"
+    return proc
+
+
+def _train(run_dir, *extra: str) -> list[str]:
+    return ["train", CONFIG, *SETS, *extra, "--run-dir", str(run_dir), "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted run: its summary and its last weights."""
+    run_dir = tmp_path_factory.mktemp("faults") / "reference"
+    assert _one_thread(main, _train(run_dir)) == 0
+    return json.loads((run_dir / "summary.json").read_text()), load_checkpoint(run_dir / "last.pt")["model"]
+
+
+def _same_as_reference(run_dir, reference) -> None:
+    summary, weights = reference
+    resumed = json.loads((run_dir / "summary.json").read_text())
+    assert resumed["steps"] == summary["steps"] and resumed["best_step"] == summary["best_step"]
+    assert resumed["test"] == pytest.approx(summary["test"], abs=1e-6)
+    mine = load_checkpoint(run_dir / "last.pt")["model"]
+    for key in weights:
+        torch.testing.assert_close(mine[key], weights[key], rtol=0, atol=1e-6)
+    tests = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["split"] == "test"]
+    assert len(tests) == 1
+    assert not list(run_dir.glob(".*.tmp")), "a temporary file of a killed write was left"
+
+
+@pytest.mark.parametrize("fault, before, again", [
+    # killed before the first checkpoint: nothing to resume; the same command starts the run again
+    ("step:2", {"config.yaml"}, "same command"),
+    # killed inside the first write of last.pt: best.pt of step 4 and a temporary file are left
+    ("write:last.pt@1", {"config.yaml", "best.pt", "metrics.jsonl"}, "--resume"),
+    # killed inside the second write of last.pt: last.pt of step 4 is intact
+    ("write:last.pt@2", {"config.yaml", "best.pt", "last.pt", "metrics.jsonl"}, "--resume"),
+])
+def test_a_run_killed_at_a_fault_point_continues_to_the_uninterrupted_result(tmp_path, reference, fault, before, again):
+    run_dir = tmp_path / "run"
+    _killed(fault, *_train(run_dir))
+    assert before <= {p.name for p in run_dir.iterdir()} and not (run_dir / "summary.json").exists()
+    if fault.startswith("write:"):
+        assert list(run_dir.glob(".last.pt.*.tmp")), "the kill was not inside the write"
+    args = ["train", "--resume", str(run_dir), "--quiet"] if again == "--resume" else _train(run_dir)
+    assert _one_thread(main, args) == 0
+    _same_as_reference(run_dir, reference)
+
+
+CONFIG_ERRORS = [  # (bad override, what the error says): every one of them used to leave a folder behind
+    ("loss.name=tripplet", "unknown loss"),
+    ("loss.miner=hardest", "unknown miner"),
+    ("data.name=glyph", "unknown dataset"),
+    ("model.backbone=resnet21", "unknown model.backbone"),
+    ("train.optimizer=adamm", "unknown train.optimizer"),
+    ("model.embedding_dim=0", "embedding_dim"),
+    ("loss.params.alpah=2", "unknown parameter"),
+    ("train.batch_size=18", "not a multiple of m"),
+    ("train.val_metric=map_at_r", "train.val_metric"),
+    ("eval.ks=[0]", "eval.ks"),
+    ("data.max_classes=3", "classes per batch"),  # 2 training classes for batches of 4 classes
+]
+
+
+@pytest.mark.parametrize("bad, says", CONFIG_ERRORS, ids=[b for b, _ in CONFIG_ERRORS])
+def test_a_config_error_is_followed_by_the_corrected_command(tmp_path, capsys, bad, says):
+    run_dir = tmp_path / "runs" / "quickstart"
+    quick = ["--set", "train.max_steps=2", "--set", "train.val_every=2", "--set", "eval.clustering=false"]
+    assert _one_thread(main, _train(run_dir, *quick, "--set", bad)) == 2
+    assert says in capsys.readouterr().err
+    assert not run_dir.exists()  # found before the run folder is made
+    assert _one_thread(main, _train(run_dir, *quick)) == 0
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
