@@ -51,14 +51,14 @@ def _train(run_dir, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """An uninterrupted run: its summary and its last weights."""
+    """An uninterrupted run: its summary, its last weights and its folder."""
     run_dir = tmp_path_factory.mktemp("faults") / "reference"
     assert _one_thread(main, _train(run_dir)) == 0
-    return json.loads((run_dir / "summary.json").read_text()), load_checkpoint(run_dir / "last.pt")["model"]
+    return json.loads((run_dir / "summary.json").read_text()), load_checkpoint(run_dir / "last.pt")["model"], run_dir
 
 
 def _same_as_reference(run_dir, reference) -> None:
-    summary, weights = reference
+    summary, weights, _ = reference
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["steps"] == summary["steps"] and resumed["best_step"] == summary["best_step"]
     assert resumed["test"] == pytest.approx(summary["test"], abs=1e-6)
@@ -113,3 +113,26 @@ def test_a_config_error_is_followed_by_the_corrected_command(tmp_path, capsys, b
     assert not run_dir.exists()  # found before the run folder is made
     assert _one_thread(main, _train(run_dir, *quick)) == 0
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 2
+
+
+def test_a_torn_last_line_of_the_metrics_log_does_not_stop_the_resume(tmp_path, reference, capsys):
+    run_dir = tmp_path / "run"
+    _killed("step:6", *_train(run_dir))  # mid-epoch, after the checkpoint of step 4
+    log = run_dir / "metrics.jsonl"
+    text = log.read_text()
+    lines = len(text.splitlines())
+    log.write_text(text[: len(text) - 20])  # as if killed in the middle of the last append
+    assert _one_thread(main, ["train", "--resume", str(run_dir), "--quiet"]) == 0
+    assert f"'{log}' line {lines} is torn" in capsys.readouterr().err
+    _same_as_reference(run_dir, reference)
+
+
+def test_resuming_a_finished_run_changes_nothing_and_says_so(tmp_path, reference, capsys):
+    import shutil
+
+    run_dir = tmp_path / "done"
+    shutil.copytree(reference[2], run_dir)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    assert _one_thread(main, ["train", "--resume", str(run_dir), "--quiet"]) == 0
+    assert "finished run" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before

@@ -166,3 +166,21 @@ def test_a_run_folder_with_a_checkpoint_a_result_or_other_files_is_never_overwri
     other = RunFolder(folder.path)
     other.acquire()  # start_new released its lock
     other.release()
+
+
+def test_a_torn_last_line_of_the_metrics_log_is_dropped_with_a_warning_naming_file_and_line(tmp_path):
+    from dmlkit.engine.metrics_log import MetricsLog
+
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    for step in (1, 2, 3):
+        log.append({"split": "train", "step": step, "loss": 0.5})
+    text = log.path.read_text()
+    log.path.write_text(text[: len(text) - 12])  # killed in the middle of the third append
+    with pytest.warns(RuntimeWarning, match=r"metrics.jsonl' line 3 is torn"):
+        assert [r["step"] for r in log.read()] == [1, 2]
+    with pytest.warns(RuntimeWarning, match="line 3 is torn"):
+        log.truncate_after(2)  # what a resume does: the file is whole again
+    assert log.path.read_text() == "".join(text.splitlines(keepends=True)[:2])
+    log.path.write_text('{"step": 1}\n{"step": \n{"step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl' line 2 is not JSON"):
+        log.read()  # only the last line can be torn by a kill

@@ -1,8 +1,14 @@
-"""The run's ``metrics.jsonl``: one JSON record per logged event, appended and flushed."""
+"""The run's ``metrics.jsonl``: one JSON record per logged event, appended and flushed.
+
+A process killed in the middle of an append leaves a torn last line; ``read`` drops it with a
+warning naming the file and the line (resume then rewrites the log without it). A line that is
+not JSON anywhere else means the file was damaged otherwise: a ``ValueError`` names it.
+"""
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +35,22 @@ class MetricsLog:
     def read(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        with open(self.path) as fh:
-            return [json.loads(line) for line in fh if line.strip()]
+        lines = [(number, line) for number, line in enumerate(self.path.read_text().splitlines(), 1) if line.strip()]
+        records = []
+        for position, (number, line) in enumerate(lines):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                if position < len(lines) - 1:
+                    raise ValueError(
+                        f"'{self.path}' line {number} is not JSON ({err}); the log is damaged: "
+                        "repair or delete that line, then resume"
+                    ) from err
+                warnings.warn(
+                    f"'{self.path}' line {number} is torn (a write was cut off: {err}); dropping that line",
+                    RuntimeWarning, stacklevel=2,
+                )
+        return records
 
     def truncate_after(self, step: int) -> None:
         """Drop records after ``step`` (used on resume so the log reads as one uninterrupted run)."""
