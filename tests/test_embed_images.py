@@ -119,3 +119,16 @@ def test_preprocess_matches_image_folder_dataset(tmp_path):
         torch.testing.assert_close(pre.load(path), dataset[i][0], atol=1e-6, rtol=0)
     grey = ImageFolderDataset("test", root=tmp_path, image_size=24, channels=1)
     torch.testing.assert_close(ImagePreprocess(1, 24, (0.5,), (0.5,)).load(grey.paths[0]), grey[0][0], atol=1e-6, rtol=0)
+
+
+def test_non_finite_embeddings_are_refused_and_nothing_is_saved(run_dir, glyph_folder, tmp_path):
+    import dataclasses
+
+    folder, _ = glyph_folder
+    model = load_run_model(run_dir)
+    with torch.no_grad():
+        next(model.model.parameters()).fill_(float("nan"))  # a diverged model that still loads
+    out = tmp_path / "emb.npy"
+    with pytest.raises(ValueError, match=r"NaN or Inf embeddings for \d+ of \d+ images"):
+        embed_images(dataclasses.replace(model), folder, out, chunk_size=8, quiet=True)
+    assert not out.exists() and not list((tmp_path / "emb.parts").glob("chunk-*"))

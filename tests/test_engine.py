@@ -113,6 +113,31 @@ def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
     assert (run_dir / "best.pt").is_file()
 
 
+class PoisonBuffer(Callback):
+    """Puts a NaN into a batch-norm running variance after ``step``: training (batch statistics) goes on unharmed."""
+
+    def __init__(self, step):
+        self.step = step
+
+    def on_batch_end(self, trainer, batch, outputs):
+        if trainer.state.step == self.step:
+            name, buffer = next((k, v) for k, v in trainer.model.named_buffers() if k.endswith("running_var"))
+            buffer[0] = float("nan")
+            self.name = name
+
+
+def test_non_finite_weights_stop_training_before_any_checkpoint_holds_them(tmp_path):
+    from dmlkit.engine.checkpoint import non_finite_entries
+    from dmlkit.engine.trainer import NonFiniteWeightsError
+
+    run_dir, poison = tmp_path / "nan-weights", PoisonBuffer(6)
+    with pytest.raises(NonFiniteWeightsError, match=r"by step 8 \(NaN or Inf in .*running_var.*last.pt"):
+        build_trainer(tiny_config(), run_dir, callbacks=[poison], quiet=True).fit()
+    last = load_checkpoint(run_dir / "last.pt")
+    assert last["loop"]["step"] == 4 and non_finite_entries(last["model"]) == []
+    assert non_finite_entries(load_checkpoint(run_dir / "best.pt")["model"]) == []
+
+
 def test_checkpoint_of_another_model_is_rejected(finished_run, tmp_path):
     run_dir, _ = finished_run
     other = tmp_path / "other"

@@ -92,3 +92,30 @@ def test_bad_format_and_example_are_rejected(tmp_path):
         export_model(model, torch.zeros(2, 1, 32, 32), "tflite", tmp_path / "m")
     with pytest.raises(ValueError, match="B >= 2"):
         export_model(model, torch.zeros(1, 1, 32, 32), "torchscript", tmp_path / "m")
+
+
+def test_parity_fails_on_nan_output_instead_of_reporting_zero_difference(run_dir, tmp_path):
+    run = load_run_model(run_dir)
+    with torch.no_grad():
+        for p in run.model.parameters():
+            p.fill_(float("nan"))
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        export_run(run, "torchscript", tmp_path / "model.pt")
+
+
+def test_a_checkpoint_with_nan_weights_is_refused_by_export_and_embed(run_dir, tmp_path, capsys):
+    import shutil
+
+    from dmlkit.engine.checkpoint import load_checkpoint, save_checkpoint
+
+    broken = tmp_path / "run"
+    shutil.copytree(run_dir, broken)
+    state = load_checkpoint(broken / "best.pt")
+    first = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][first][0] = float("inf")
+    save_checkpoint(broken / "best.pt", {k: v for k, v in state.items() if k != "format_version"})
+    assert main(["export", str(broken), "--out", str(tmp_path / "m.pt")]) == 2
+    assert f"non-finite weights (NaN or Inf in {first}" in capsys.readouterr().err
+    images, _ = write_glyph_folder(tmp_path / "glyphs", max_classes=2)
+    assert main(["embed", str(broken), "--images", str(images), "--out", str(tmp_path / "e.npy"), "--quiet"]) != 0
+    assert "non-finite weights" in capsys.readouterr().err and not (tmp_path / "e.npy").exists()

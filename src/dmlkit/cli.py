@@ -364,9 +364,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"dmlkit {args.command}: {stop}", file=sys.stderr)
         return stop.exit_code
     except RuntimeError as err:
-        from dmlkit.engine.trainer import NonFiniteLossError
+        from dmlkit.engine.trainer import NonFiniteError
 
-        if isinstance(err, NonFiniteLossError):
+        if isinstance(err, NonFiniteError):
             print(f"dmlkit {args.command}: error: {err}", file=sys.stderr)
             return 3
         raise

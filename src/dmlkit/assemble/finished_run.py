@@ -23,7 +23,7 @@ from torch import nn
 from dmlkit.assemble.build import build_model, build_splits, run_split
 from dmlkit.assemble.eval_model import evaluation_model, feature_model
 from dmlkit.config import ExperimentConfig, load_config
-from dmlkit.engine.checkpoint import load_checkpoint, load_model_state
+from dmlkit.engine.checkpoint import CheckpointError, load_checkpoint, load_model_state, non_finite_entries
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
@@ -91,6 +91,7 @@ def load_finished_run(run_or_checkpoint: str | Path, in_channels: int | None = N
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
     cfg = load_config(folder.config)
     state = load_checkpoint(checkpoint)
+    check_finite_weights(state, checkpoint)
     if in_channels is not None and cfg.eval.embedding == "features":
         model_cfg = dataclasses.replace(cfg.model, pretrained=False)  # the weights come from the checkpoint
         with torch.random.fork_rng(devices=[]):
@@ -105,6 +106,17 @@ def load_finished_run(run_or_checkpoint: str | Path, in_channels: int | None = N
     load_model_state(model, state["model"], str(checkpoint))
     model.eval()
     return LoadedRun(cfg, model, objective, methods, folder, checkpoint)
+
+
+def check_finite_weights(state: dict[str, Any], checkpoint: Path) -> None:
+    """Refuse a checkpoint whose weights hold NaN or Inf: every embedding it makes would too."""
+    bad = non_finite_entries(state["model"]) + [f"objective {k}" for k in non_finite_entries(state.get("objective", {}))]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint '{checkpoint}' holds non-finite weights (NaN or Inf in {', '.join(bad[:5])}"
+            f"{' and more' if len(bad) > 5 else ''}): every embedding it makes would be NaN. Use a checkpoint "
+            "written before training diverged, or train again with a lower train.lr or a train.grad_clip"
+        )
 
 
 def embed_run(run_or_checkpoint: str | Path, split: str = "test") -> tuple[torch.Tensor, torch.Tensor]:

@@ -38,6 +38,14 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return state
 
 
+def non_finite_entries(state_dict: dict[str, Any]) -> list[str]:
+    """Names of the floating-point tensors of ``state_dict`` that hold a NaN or an Inf."""
+    return [
+        name for name, value in state_dict.items()
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all())
+    ]
+
+
 def load_model_state(model: torch.nn.Module, state_dict: dict[str, torch.Tensor], source: str) -> None:
     """Load weights, reporting a checkpoint of another architecture as a ``CheckpointError``."""
     own = model.state_dict()

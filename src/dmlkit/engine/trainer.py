@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Sampler, Subset
 
 from dmlkit.distributed import ShardedBatchSampler, all_gather_no_grad, all_gather_with_grad, gather_shards, shard_indices
 from dmlkit.engine.callbacks import Callback
-from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, save_checkpoint
+from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, non_finite_entries, save_checkpoint
 from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.launch import fabric_options
@@ -40,8 +40,17 @@ from dmlkit.faults import fault_point
 from dmlkit.io import write_json_atomic, write_text_atomic
 
 
-class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or Inf; the run stops and keeps its last good checkpoint."""
+class NonFiniteError(RuntimeError):
+    """The loss or the weights became NaN or Inf; the run stops and keeps its last finite checkpoint."""
+
+
+class NonFiniteLossError(NonFiniteError):
+    """The loss of a training step became NaN or Inf (checked every step, before the backward pass)."""
+
+
+class NonFiniteWeightsError(NonFiniteError):
+    """A weight or buffer of the model or the objective became NaN or Inf (checked before every validation
+    and checkpoint, so no checkpoint ever holds one)."""
 
 
 @dataclass
@@ -224,9 +233,26 @@ class Trainer:
         return embeddings, labels
 
     def _save(self, path: Path, state: dict[str, Any]) -> None:
-        """Write a checkpoint from rank 0 only (every process holds the same state)."""
+        """Write a checkpoint from rank 0 only (every process holds the same state); never one with NaN or Inf."""
+        self._check_finite_weights()
         if self.fabric.is_global_zero:
             save_checkpoint(path, state)
+
+    def _check_finite_weights(self) -> None:
+        """Raise ``NonFiniteWeightsError`` when a weight or buffer of the model or the objective is NaN or Inf."""
+        bad = non_finite_entries(self.model.state_dict()) + [f"objective {k}" for k in non_finite_entries(self.objective.state_dict())]
+        if bad:
+            raise NonFiniteWeightsError(
+                f"the weights became non-finite by step {self.state.step} (NaN or Inf in {', '.join(bad[:5])}"
+                f"{' and more' if len(bad) > 5 else ''}); {self._kept_checkpoint()}. "
+                "Lower train.lr or set train.grad_clip, then resume or restart."
+            )
+
+    def _kept_checkpoint(self) -> str:
+        last = self.folder.last_checkpoint
+        if not last.is_file():
+            return "no checkpoint was written yet"
+        return f"the last finite checkpoint is kept in '{last}' (resume continues from it)"
 
     def _stop_if_signalled(self) -> None:
         """After a step: on SIGTERM/SIGINT (on any process) write last.pt and raise ``TrainingInterrupted``."""
@@ -252,8 +278,7 @@ class Trainer:
         if not torch.isfinite(total):
             raise NonFiniteLossError(
                 f"the loss became {float(total.detach())} at step {self.state.step} (terms: {terms}); "
-                f"the last good checkpoint is kept in '{self.folder.last_checkpoint}'. "
-                "Lower train.lr or set train.grad_clip, then resume or restart."
+                f"{self._kept_checkpoint()}. Lower train.lr or set train.grad_clip, then resume or restart."
             )
         self.optimizer.zero_grad(set_to_none=True)
         self.fabric.backward(total)
@@ -299,6 +324,7 @@ class Trainer:
 
     def _validate(self) -> float:
         t, s = self.train_cfg, self.state
+        self._check_finite_weights()  # NaN weights would make NaN embeddings
         metrics = self.evaluate(self.splits.val, reference=self.splits.reference if self.splits.val_is_test else None)
         if t.val_metric not in metrics:
             raise ValueError(f"train.val_metric '{t.val_metric}' is not a retrieval metric; valid: {', '.join(metrics)}")

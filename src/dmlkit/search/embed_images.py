@@ -6,12 +6,14 @@
 - ``<stem>.meta.json`` beside it: the run, the checkpoint, and per row the image path and (where the
   folder layout tells it, see ``image_list``) the class label, plus the class names.
 
-Images go through the run's eval transform (``preprocess``) and the run's best model. Work is cut
+Images go through the run's eval transform (``preprocess``) and the run's best model; embeddings
+holding NaN or Inf are refused (``ValueError``, nothing of that chunk saved). Work is cut
 into chunks of ``chunk_size`` images; each finished chunk is saved atomically to
 ``<stem>.parts/chunk-NNNNNN.npy``, so an interrupted job started again with the same arguments
-skips the chunks already done. A manifest in the parts folder guards against mixing jobs (other
-images, another checkpoint, another chunk size). When all chunks are there they are joined into
-``out`` and the parts folder is removed; a finished job run again does nothing.
+skips the chunks already done (and removes the temporary files a killed job left). A manifest in
+the parts folder guards against mixing jobs (other images, another checkpoint, another chunk size).
+When all chunks are there they are joined into ``out`` and the parts folder is removed; a finished
+job run again does nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from dmlkit.io import atomic_write, write_json_atomic
+from dmlkit.io import atomic_write, remove_stale_temporaries, write_json_atomic
 from dmlkit.search.image_list import ImageList, list_images
 from dmlkit.search.preprocess import ImagePreprocess
 from dmlkit.search.run_model import RunModel, load_run_model
@@ -139,6 +141,8 @@ def embed_images(
     out.parent.mkdir(parents=True, exist_ok=True)
     parts = _parts_dir(out)
     _open_parts(parts, fingerprint, total_chunks)
+    remove_stale_temporaries(parts)  # chunks of a killed job that were being written
+    remove_stale_temporaries(out.parent, targets=[out.name, meta_path_for(out).name])
     chunk_file = [parts / f"chunk-{i:06d}.npy" for i in range(total_chunks)]
     todo = [i for i in range(total_chunks) if not chunk_file[i].is_file()]
     skipped = total_chunks - len(todo)
@@ -152,7 +156,9 @@ def embed_images(
             for x in loader:
                 rows.append(model.embed(x).numpy())
                 progress.advance(task, len(x))
-            _save_npy_atomic(chunk_file[i], np.concatenate(rows).astype(np.float32, copy=False))
+            chunk = np.concatenate(rows).astype(np.float32, copy=False)
+            _check_finite(chunk, paths, model)
+            _save_npy_atomic(chunk_file[i], chunk)
             if on_chunk is not None:
                 on_chunk(i, total_chunks)
     embeddings = np.concatenate([np.load(f) for f in chunk_file])
@@ -172,6 +178,17 @@ def embed_images(
     write_json_atomic(meta_path_for(out), meta)
     shutil.rmtree(parts, ignore_errors=True)
     return EmbedResult(out, meta_path_for(out), meta["count"], meta["dim"], len(todo), skipped)
+
+
+def _check_finite(chunk: np.ndarray, paths: Sequence[Path], model: RunModel) -> None:
+    """Refuse to save embeddings holding NaN or Inf (no index or search can use them)."""
+    bad = ~np.isfinite(chunk).all(axis=1)
+    if bad.any():
+        raise ValueError(
+            f"the model gives NaN or Inf embeddings for {int(bad.sum())} of {len(paths)} images (first: "
+            f"'{paths[int(np.argmax(bad))]}'); checkpoint '{model.checkpoint}' has non-finite weights or these "
+            "images are not what the run was trained on. Nothing of them was saved"
+        )
 
 
 def _progress(quiet: bool) -> Any:

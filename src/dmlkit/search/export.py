@@ -11,8 +11,10 @@
 
 After writing, the exported model is run on ``parity_inputs`` (the example and a batch of another
 size) and compared with the eager model: ``ExportReport.max_abs_diff`` must not exceed ``tolerance``
-(1e-5 by default) or ``export_model`` raises ``ValueError``. The input and output names in ONNX are
-``images`` and ``embeddings``.
+(1e-5 by default) or ``export_model`` raises ``ValueError``. A NaN or Inf in either output is a
+failure too (a difference that is not a number is not within any tolerance), so a model with
+non-finite weights is never exported. The input and output names in ONNX are ``images`` and
+``embeddings``.
 """
 
 from __future__ import annotations
@@ -90,6 +92,15 @@ def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path) -> None
     program.save(str(out))
 
 
+def _check_finite(embeddings: torch.Tensor, what: str) -> None:
+    bad = int((~torch.isfinite(embeddings)).sum())
+    if bad:
+        raise ValueError(
+            f"{what} gives {bad} NaN or Inf values among {embeddings.numel()} on the parity batches; "
+            "its weights are not finite (a run that diverged): export a checkpoint written before that"
+        )
+
+
 def export_model(
     model: nn.Module, example: torch.Tensor, fmt: str, out: str | Path, tolerance: float = 1e-5,
     parity_inputs: list[torch.Tensor] | None = None,
@@ -111,6 +122,8 @@ def export_model(
         exported = run_exported(out, fmt, x)
         if exported.shape != eager.shape:
             raise ValueError(f"exported model returned shape {tuple(exported.shape)}, eager {tuple(eager.shape)}")
+        _check_finite(eager, "the eager model")
+        _check_finite(exported, f"the exported {fmt} model")
         worst = max(worst, float((exported - eager).abs().max()))
     if not worst <= tolerance:
         raise ValueError(
