@@ -84,7 +84,7 @@ def run(
         x, y = make_batch(m, dim, seed)
         v_ours, g_ours = _step(ours_fn, x, y)  # warm-up + agreement check
         v_pml, g_pml = _step(pml_fn, x, y)
-        if abs(v_ours - v_pml) > 1e-5 * max(1.0, abs(v_pml)):
+        if not abs(v_ours - v_pml) <= 1e-5 * max(1.0, abs(v_pml)):  # NaN disagrees too
             raise RuntimeError(f"M={m}: loss values differ: dmlkit {v_ours} vs PML {v_pml}")
         grad_diff = float((g_ours - g_pml).abs().max())
         times = h.interleaved({side: (lambda fn=fn: _step(fn, x, y)) for side, fn in
