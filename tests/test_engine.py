@@ -80,6 +80,24 @@ def test_resume_reaches_the_same_weights_and_metrics(finished_run, tmp_path):
     assert steps == [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def test_the_run_folder_records_its_environment_and_a_resume_needs_the_same_world_size(finished_run, tmp_path):
+    env = json.loads((finished_run[0] / "environment.json").read_text())
+    assert env["world_size"] == 1 and env["device"]["type"] == "cpu" and env["versions"]["torch"] == torch.__version__
+    assert {"dmlkit", "lightning", "pytorch-metric-learning", "python"} <= set(env["versions"])
+    run_dir = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(tiny_config(), run_dir, callbacks=[StopAfterValidation(4)], quiet=True).fit()
+    before = (run_dir / "last.pt").read_bytes()
+    (run_dir / "environment.json").write_text(json.dumps({**env, "world_size": 2}))
+    with pytest.raises(ValueError, match=r"trained by 2 process\(es\) and this resume has 1.*torchrun --nproc_per_node=2"):
+        resume_trainer(run_dir, quiet=True).fit()
+    assert (run_dir / "last.pt").read_bytes() == before
+    (run_dir / "environment.json").write_text(json.dumps({**env, "threads": env["threads"] + 7}))
+    with pytest.warns(RuntimeWarning, match=r"another environment \(threads: \d+ -> \d+\)"):
+        resume_trainer(run_dir, quiet=True).fit()
+    assert json.loads((run_dir / "environment.json").read_text())["resumes"] == [{"step": 4, "threads": env["threads"]}]
+
+
 def test_existing_run_folder_is_not_overwritten(finished_run):
     run_dir, _ = finished_run
     before = (run_dir / "best.pt").read_bytes()

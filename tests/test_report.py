@@ -110,6 +110,32 @@ def test_seeds_form_one_group_and_other_configs_another(two_seeds, tmp_path):
     assert [label for label, _ in groups] == ["loss.name=multi_similarity", "loss.name=triplet"]
 
 
+def _metrics_rows(out):
+    return dict((cls, rows) for cls, rows in parse(out).tables if cls)["metrics"]
+
+
+def test_repeats_of_a_seed_are_not_counted_as_seeds(two_seeds, tmp_path):
+    again = _copy_as(two_seeds[0], tmp_path / "seed0-again")  # the same config and seed, run twice
+    out = build_report([two_seeds[0], again, two_seeds[1]], tmp_path / "r.html")
+    header, row = _metrics_rows(out)
+    assert row[:2] == ["quickstart", "2 (3 runs: seed 0 ×2)"]
+    values = [json.loads((r / "summary.json").read_text())["test"]["mean_average_precision_at_r"] for r in two_seeds]
+    assert row[header.index("MAP@R")] == f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"  # over 2 seeds
+    per_run = next(rows for cls, rows in parse(out).tables if rows[0][:2] == ["run", "seed"])
+    assert [r[1] for r in per_run[1:]] == ["0", "0 (repeat 2)", "1"]
+
+
+def test_runs_with_another_world_size_are_another_experiment(two_seeds, tmp_path):
+    ddp = _copy_as(two_seeds[1], tmp_path / "seed1-ddp")
+    env = json.loads((ddp / "environment.json").read_text())
+    (ddp / "environment.json").write_text(json.dumps({**env, "world_size": 2}))
+    runs = [load_run(p) for p in (*two_seeds, ddp)]
+    assert [(label, len(members)) for label, members in group_runs(runs)] == [("world_size=1", 2), ("world_size=2", 1)]
+    page = parse(build_report([*two_seeds, ddp], tmp_path / "r.html"))
+    runs_table = next(rows for cls, rows in page.tables if rows[0][0] == "run" and "processes" in rows[0])
+    assert [r[runs_table[0].index("processes")] for r in runs_table[1:]] == ["1", "1", "2"]
+
+
 def test_report_of_two_seeds(two_seeds, tmp_path):
     run0 = _copy_as(two_seeds[0], tmp_path / "seed0")
     run1 = two_seeds[1]

@@ -27,6 +27,7 @@ from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, non_finite_entries, save_checkpoint
 from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
 from dmlkit.engine.embed import embed_dataset
+from dmlkit.engine.environment import check_resume, current_environment, read_environment
 from dmlkit.engine.launch import fabric_options
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.optim import build_optimizer, build_scheduler
@@ -102,15 +103,21 @@ class Trainer:
         t, parts = self.train_cfg, self.parts
         self.fabric = Fabric(**fabric_options(t))  # DDP under torchrun (engine/launch.py)
         self.fabric.launch()
+        environment = current_environment(self.fabric.world_size, getattr(self.fabric.strategy, "num_nodes", 1),
+                                          self.fabric.device, t.precision)
         continuing = self.resuming and self.folder.last_checkpoint.is_file()
         if continuing:
             self.folder.prepare_resume()
+            saved = read_environment(self.folder.environment)
+            differences = check_resume(saved, environment, self.folder.path) if saved is not None else {}
             if self.fabric.is_global_zero:
                 self.folder.acquire()
                 self.folder.remove_temporaries()
+                self._record_resume(saved, environment, differences)
         elif self.fabric.is_global_zero:  # only rank 0 writes the run folder
             self.folder.start_new(parts.config_text, own_config=self.resuming)
             write_text_atomic(self.folder.config, parts.config_text)
+            write_json_atomic(self.folder.environment, environment)
         self.fabric.barrier()
         self.splits = parts.splits
         optimizer = build_optimizer(parts.param_groups, t)
@@ -129,6 +136,20 @@ class Trainer:
         self.log = MetricsLog(self.folder.metrics, write=self.fabric.is_global_zero)
         if continuing:
             self._load_last()
+
+    def _record_resume(self, saved: dict[str, Any] | None, environment: dict[str, Any], differences: dict[str, list[Any]]) -> None:
+        """Append this resume to ``environment.json`` (warning about a changed device, thread count or versions)."""
+        if saved is None:  # a run folder of a dmlkit that recorded no environment
+            return
+        step = int(load_checkpoint(self.folder.last_checkpoint)["loop"]["step"])
+        if differences:
+            changed = "; ".join(f"{key}: {before} -> {now}" for key, (before, now) in differences.items())
+            warnings.warn(
+                f"resuming '{self.folder.path}' at step {step} in another environment ({changed}); the run continues, "
+                "but its last digits may differ from an uninterrupted run", RuntimeWarning, stacklevel=3,
+            )
+        resumes = [*saved.get("resumes", []), {"step": step, **{k: environment[k] for k in differences}}]
+        write_json_atomic(self.folder.environment, {**saved, "resumes": resumes})
 
     def _checkpoint_state(self) -> dict[str, Any]:
         s = self.state

@@ -3,10 +3,11 @@
 The page has no external assets and no script: figures are PNGs embedded as
 ``data:image/png;base64`` URIs, the style sheet is inline. Sections:
 
-1. runs: folder, seed, steps, best step, training time;
-2. config differences: the dotted keys whose values differ between runs;
-3. test metrics: one row per experiment (runs grouped by config without seed,
-   ``report.runs.group_runs``) with mean ± sample std over its seeds, then one row per run;
+1. runs: folder, seed, steps, best step, training time, processes and device;
+2. config differences: the dotted keys whose values differ between runs (and the world size);
+3. test metrics: one row per experiment (runs grouped by config without seed and by world size,
+   ``report.runs.group_runs``) with mean ± sample std over its distinct seeds (repeats of a
+   seed are averaged first and counted as repeats), then one row per run;
 4. training curves of all runs on shared axes (from ``metrics.jsonl``);
 5. per run: the 2-D PCA projection of the test embeddings and the positive /
    negative pair-distance histogram (``plots/`` of the run);
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dmlkit.protocols.table import mean_std
-from dmlkit.report.runs import RunRecord, config_differences, group_runs, load_runs
+from dmlkit.report.runs import RunRecord, config_differences, group_runs, load_runs, seed_repeats
 
 __all__ = ["STANDARD_PLOTS", "build_report", "render_report", "short_metric_name"]
 
@@ -104,21 +105,29 @@ def _metric(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else "n/a"
 
 
+def _device(run: RunRecord) -> str:
+    device = run.environment.get("device") or {}
+    return " ".join(str(device[k]) for k in ("type", "name") if device.get(k)) or "?"
+
+
 def _runs_section(runs: Sequence[RunRecord]) -> str:
     rows = []
     for run in runs:
         s = run.summary
         rows.append([
-            run.label, str(run.path), _fmt(s.get("seed", run.config.get("seed", ""))), _fmt(s.get("steps", "")),
+            run.label, str(run.path), _fmt(run.seed if run.seed is not None else ""), _fmt(s.get("steps", "")),
             _fmt(s.get("best_step", "")), _fmt(s.get("train_seconds", "")),
             {True: "test split", False: "validation split"}.get(s.get("validated_on_test"), "?"),
+            _fmt(run.world_size if run.world_size is not None else "?"), _device(run),
         ])
-    header = ["run", "folder", "seed", "steps", "best step", "train s", "early stopping on"]
+    header = ["run", "folder", "seed", "steps", "best step", "train s", "early stopping on", "processes", "device"]
     return "<h2>Runs</h2>" + _table(header, rows)
 
 
 def _config_section(runs: Sequence[RunRecord]) -> str:
     diffs = config_differences([r.config for r in runs])
+    if len({r.world_size for r in runs}) > 1:
+        diffs["world_size (processes)"] = ["?" if r.world_size is None else r.world_size for r in runs]
     if not diffs:
         body = '<p class="note">All runs have the same config.</p>'
     else:
@@ -133,17 +142,43 @@ def _metric_names(runs: Sequence[RunRecord]) -> list[str]:
     return names
 
 
+def _seed_values(members: Sequence[RunRecord], metric: str) -> list[float]:
+    """One value per distinct seed of an experiment: the mean over that seed's repeats."""
+    values = []
+    for repeats in seed_repeats(members).values():
+        found = [r.test_metrics[metric] for r in repeats if metric in r.test_metrics]
+        if found:
+            values.append(sum(found) / len(found))
+    return values
+
+
+def _seeds_cell(members: Sequence[RunRecord]) -> str:
+    """``3``, or ``2 (3 runs: seed 0 ×2)`` when some seed was run more than once."""
+    by_seed = seed_repeats(members)
+    if len(by_seed) == len(members):
+        return str(len(by_seed))
+    repeated = ", ".join(f"seed {seed} ×{len(runs)}" for seed, runs in by_seed.items() if len(runs) > 1)
+    return f"{len(by_seed)} ({len(members)} runs: {repeated})"
+
+
+def _per_run_seed(runs: Sequence[RunRecord]) -> dict[int, str]:
+    """The seed cell of each run of the per-run table; the second and later runs of a seed say which repeat they are."""
+    cells = {}
+    for _, members in group_runs(runs):
+        for seed, repeats in seed_repeats(members).items():
+            for i, run in enumerate(repeats, 1):
+                cells[id(run)] = _fmt(seed if seed is not None else "") + (f" (repeat {i})" if i > 1 else "")
+    return cells
+
+
 def _metrics_section(runs: Sequence[RunRecord]) -> str:
     names = _metric_names(runs)
     groups = group_runs(runs)
-    stats = [
-        {m: mean_std([r.test_metrics[m] for r in members if m in r.test_metrics], single_std=math.nan) for m in names}
-        for _, members in groups
-    ]
+    stats = [{m: mean_std(_seed_values(members, m), single_std=math.nan) for m in names} for _, members in groups]
     best = {m: max((s[m][0] for s in stats if not math.isnan(s[m][0])), default=math.nan) for m in names}
     rows = []
     for (label, members), stat in zip(groups, stats):
-        cells = [f"<td>{_e(label)}</td>", f"<td>{len(members)}</td>"]
+        cells = [f"<td>{_e(label)}</td>", f"<td>{_e(_seeds_cell(members))}</td>"]
         for m in names:
             mean, std = stat[m]
             if math.isnan(mean):
@@ -155,15 +190,18 @@ def _metrics_section(runs: Sequence[RunRecord]) -> str:
         rows.append(cells)
     columns = [(short_metric_name(m), m) for m in names]
     grouped = _table(["experiment", "seeds", *columns], rows, raw=True, cls="metrics")
+    seeds = _per_run_seed(runs)
     per_run = _table(
         ["run", "seed", *columns],
-        [[r.label, _fmt(r.config.get("seed", ""))] + [_metric(r.test_metrics.get(m)) for m in names] for r in runs],
+        [[r.label, seeds[id(r)]] + [_metric(r.test_metrics.get(m)) for m in names] for r in runs],
     )
     note = (
         '<p class="note">Test metrics of each run\'s best weights (summary.json). Runs whose configs agree except '
-        "for <code>seed</code> (and <code>name</code>, <code>output_dir</code>) form one experiment: mean ± sample "
-        "standard deviation over its seeds; bold: the best mean. P@1: precision at 1, R@k: recall at k, RP: "
-        "R-precision, MAP@R: mean average precision at R (hover a header for the full key).</p>"
+        "for <code>seed</code> (and <code>name</code>, <code>output_dir</code>) and that ran with the same number of "
+        "processes form one experiment: mean ± sample standard deviation over its distinct seeds (runs repeating "
+        "a seed are averaged into that seed's value and shown as repeats, not counted as seeds); bold: the best "
+        "mean. P@1: precision at 1, R@k: recall at k, RP: R-precision, MAP@R: mean average precision at R "
+        "(hover a header for the full key).</p>"
     )
     return "<h2>Test metrics</h2>" + note + grouped + "<h3>Per run</h3>" + per_run
 

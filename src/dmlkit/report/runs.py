@@ -1,10 +1,13 @@
 """Read finished run folders and compare them: flattened configs, their differences, groups of seeds.
 
 A run folder (``dmlkit.engine.run_folder.RunFolder``) holds ``config.yaml``,
-``metrics.jsonl``, ``summary.json``, checkpoints and ``plots/``. Runs whose
-configs are equal once ``seed`` (and the labels ``name`` / ``output_dir``) are
-removed are repeats of one experiment: a report shows their test metrics as
-mean and sample standard deviation over the seeds.
+``metrics.jsonl``, ``summary.json``, ``environment.json``, checkpoints and ``plots/``.
+Runs whose configs are equal once ``seed`` (and the labels ``name`` / ``output_dir``) are
+removed, and that ran with the same number of processes (``environment.json``'s world size:
+each process normalises its own slice of the batch), are one experiment: a report shows their
+test metrics as mean and sample standard deviation over the distinct seeds. Several runs of one
+seed in one experiment are repeats (``seed_repeats``): averaged into one value per seed, never
+counted as more seeds.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from dmlkit.engine.environment import read_environment
 from dmlkit.engine.run_folder import RunFolder
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "group_runs",
     "load_run",
     "load_runs",
+    "seed_repeats",
 ]
 
 #: Keys that do not make two runs different experiments (they are labels or the repeat index).
@@ -45,6 +50,7 @@ class RunRecord:
     records: list[dict[str, Any]]
     plots: dict[str, Path] = field(default_factory=dict)  # PNGs under plots/, by path relative to it
     label: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)  # environment.json ({} for older run folders)
 
     @property
     def flat_config(self) -> dict[str, Any]:
@@ -53,6 +59,15 @@ class RunRecord:
     @property
     def test_metrics(self) -> dict[str, float]:
         return dict(self.summary.get("test", {}))
+
+    @property
+    def seed(self) -> Any:
+        return self.summary.get("seed", self.config.get("seed"))
+
+    @property
+    def world_size(self) -> int | None:
+        """Processes that trained the run (None: not recorded by the dmlkit that wrote it)."""
+        return self.environment.get("world_size")
 
 
 def load_run(path: str | Path) -> RunRecord:
@@ -87,7 +102,8 @@ def load_run(path: str | Path) -> RunRecord:
         if folder.plots.is_dir()
         else {}
     )
-    return RunRecord(folder.path, config, summary, records, plots, label=folder.path.name)
+    environment = read_environment(folder.environment) or {}
+    return RunRecord(folder.path, config, summary, records, plots, label=folder.path.name, environment=environment)
 
 
 def load_runs(paths: Sequence[str | Path]) -> list[RunRecord]:
@@ -137,18 +153,31 @@ def config_differences(configs: Sequence[dict[str, Any]], ignore: Sequence[str] 
 def group_runs(runs: Sequence[RunRecord], ignore: Sequence[str] = GROUP_IGNORED_KEYS) -> list[tuple[str, list[RunRecord]]]:
     """Runs grouped by their config without ``ignore`` (seeds of one experiment), in order of appearance.
 
-    A group's label lists the config values that set it apart from the other groups
+    Runs of one config trained by another number of processes form another group. A group's
+    label lists the config values (and world size) that set it apart from the other groups
     (``loss.name=triplet``), or its config name when there is a single group.
     """
     groups: dict[str, list[RunRecord]] = {}
     for run in runs:
         flat = {k: v for k, v in run.flat_config.items() if k not in ignore}
-        groups.setdefault(json.dumps(flat, sort_keys=True, default=str), []).append(run)
+        key = json.dumps([flat, run.world_size], sort_keys=True, default=str)
+        groups.setdefault(key, []).append(run)
     members = list(groups.values())
     diffs = config_differences([g[0].config for g in members], ignore=ignore)
+    sizes = [g[0].world_size for g in members]
+    if len(set(sizes)) > 1:
+        diffs["world_size"] = ["unknown" if size is None else size for size in sizes]
     labelled = []
     for i, group in enumerate(members):
         parts = [f"{key}={values[i]}" for key, values in diffs.items()]
         label = ", ".join(parts) if parts else str(group[0].config.get("name", group[0].label))
         labelled.append((label, group))
     return labelled
+
+
+def seed_repeats(members: Sequence[RunRecord]) -> dict[Any, list[RunRecord]]:
+    """The runs of one experiment by seed, in order of appearance: more than one run under a seed are repeats."""
+    by_seed: dict[Any, list[RunRecord]] = {}
+    for run in members:
+        by_seed.setdefault(run.seed, []).append(run)
+    return by_seed
