@@ -136,3 +136,14 @@ def test_resuming_a_finished_run_changes_nothing_and_says_so(tmp_path, reference
     assert _one_thread(main, ["train", "--resume", str(run_dir), "--quiet"]) == 0
     assert "finished run" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def test_sigterm_during_the_final_test_exits_143_and_resume_runs_the_test_once(tmp_path, reference):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DMLKIT_FAULT": "final_test", "DMLKIT_FAULT_SIGNAL": "TERM"}
+    proc = subprocess.run([sys.executable, "-m", "dmlkit", *_train(run_dir)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    assert "during the final test" in proc.stderr and f"dmlkit train --resume {run_dir}" in proc.stderr
+    assert not (run_dir / "summary.json").exists() and (run_dir / "last.pt").is_file()
+    assert _one_thread(main, ["train", "--resume", str(run_dir), "--quiet"]) == 0
+    _same_as_reference(run_dir, reference)  # one test record, the uninterrupted metrics

@@ -5,8 +5,10 @@ handler only records the signal; the loop checks ``received`` after each step,
 writes ``last.pt`` (atomically) and raises ``TrainingInterrupted``, whose
 ``exit_code`` is the shell's ``128 + signal`` (143 for SIGTERM, 130 for SIGINT).
 A second SIGINT while the checkpoint is being written interrupts at once
-(``KeyboardInterrupt``). Handlers can only be installed from the main thread;
-elsewhere the run keeps Python's defaults.
+(``KeyboardInterrupt``). While ``stop_at_once`` is set (the final test, which no
+checkpoint can cut short), a signal raises what ``stop_at_once(signum)`` returns
+right away. Handlers can only be installed from the main thread; elsewhere the
+run keeps Python's defaults.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import signal
 import threading
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -25,13 +27,16 @@ HANDLED = (signal.SIGTERM, signal.SIGINT)
 class TrainingInterrupted(Exception):
     """The run stopped on a signal after saving ``last.pt``; resume with ``dmlkit train --resume RUN_DIR``."""
 
-    def __init__(self, signum: int, step: int, run_dir: str) -> None:
+    def __init__(self, signum: int, step: int, run_dir: str, during_test: bool = False) -> None:
         self.signum, self.step, self.run_dir = signum, step, run_dir
         self.exit_code = 128 + int(signum)
-        super().__init__(
-            f"stopped by {signal.Signals(signum).name} at step {step}; the checkpoint '{run_dir}/last.pt' was written. "
-            f"Continue with: dmlkit train --resume {run_dir}"
+        where = (
+            f"during the final test (training had ended at step {step}); '{run_dir}/last.pt' holds the trained run "
+            "and no summary was written. Run the test with"
+            if during_test
+            else f"at step {step}; the checkpoint '{run_dir}/last.pt' was written. Continue with"
         )
+        super().__init__(f"stopped by {signal.Signals(signum).name} {where}: dmlkit train --resume {run_dir}")
 
 
 class StopSignals:
@@ -39,9 +44,13 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.stop_at_once: Callable[[int], BaseException] | None = None
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.stop_at_once is not None:
+            stop, self.stop_at_once = self.stop_at_once, None
+            raise stop(signum)
         if self.received is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: stop now
         self.received = signum

@@ -187,13 +187,18 @@ class Trainer:
             for cb in self.callbacks:
                 cb.on_train_start(self)
             progress = TrainingProgress(total=t.max_steps, start=self.state.step, quiet=self.quiet or not self.fabric.is_global_zero)
-            with progress, StopSignals() as self.signals:  # SIGTERM/SIGINT: save last.pt, then stop
-                while self.state.step < t.max_steps and not self.stopper.should_stop:
-                    self._run_epoch(progress)
-            summary = self._finish()
-            for cb in self.callbacks:
-                cb.on_train_end(self, summary)
-            self._write_summary(summary)
+            with StopSignals() as self.signals:  # SIGTERM/SIGINT: save last.pt, then stop
+                with progress:
+                    while self.state.step < t.max_steps and not self.stopper.should_stop:
+                        self._run_epoch(progress)
+                if self.signals.received:  # arrived after the last step's check
+                    raise self._interrupted_in_test(self.signals.received)
+                self.signals.stop_at_once = self._interrupted_in_test  # last.pt is the trained run: stop at once
+                summary = self._finish()
+                for cb in self.callbacks:
+                    cb.on_train_end(self, summary)
+                self.signals.stop_at_once = None  # the summary and plots are written whole
+                self._write_summary(summary)
             return summary
         finally:
             self.folder.release()
@@ -274,6 +279,9 @@ class Trainer:
         if not last.is_file():
             return "no checkpoint was written yet"
         return f"the last finite checkpoint is kept in '{last}' (resume continues from it)"
+
+    def _interrupted_in_test(self, signum: int) -> TrainingInterrupted:
+        return TrainingInterrupted(signum, self.state.step, str(self.folder.path), during_test=True)
 
     def _stop_if_signalled(self) -> None:
         """After a step: on SIGTERM/SIGINT (on any process) write last.pt and raise ``TrainingInterrupted``."""
