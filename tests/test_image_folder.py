@@ -63,3 +63,24 @@ def test_corrupt_image_is_named(tmp_path):
     ds = create_dataset("image_folder", "train", root=root)
     with pytest.raises(ValueError, match="0.png"):
         ds[0]
+
+
+def test_a_corrupt_test_image_stops_the_run_before_training_and_names_on_corrupt(tmp_path):
+    from dmlkit.assemble import build_trainer
+    from dmlkit.config import load_config
+
+    root = write_tree(tmp_path / "data", classes=("a", "b", "c", "d", "e"), per_class=4, size=(16, 16))
+    bad = root / "test" / "test_c" / "1.png"
+    bad.write_bytes(b"not a png")
+    overrides = ["data.name=image_folder", f"data.root={root}", "data.image_size=16", "data.val_fraction=0",
+                 "model.embedding_dim=8", "train.batch_size=8", "train.m_per_class=2", "train.max_steps=2",
+                 "train.val_every=2", "eval.clustering=false", "plots=false"]
+    with pytest.raises(ValueError, match=r"1.png' of the test split cannot be read.*data.params.on_corrupt=skip"):
+        build_trainer(load_config("configs/quickstart.yaml", overrides), tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()
+    with pytest.warns(UserWarning, match="skipped 1 unreadable"):
+        summary = build_trainer(load_config("configs/quickstart.yaml", [*overrides, "data.params.on_corrupt=skip"]),
+                                tmp_path / "run", quiet=True).fit()
+    assert summary["steps"] == 2
+    with pytest.raises(ValueError, match="data.params.on_corrupt=skip"):  # found on use, it names the option too
+        create_dataset("image_folder", "test", root=root)[9]

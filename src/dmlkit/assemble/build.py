@@ -20,6 +20,7 @@ from torch import nn
 from dmlkit.assemble.eval_model import evaluation_model
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.data import build_datasets, create_batch_sampler, create_dataset
+from dmlkit.data.datasets.unreadable import check_images_open
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.early_stopping import EarlyStopping
 from dmlkit.engine.objective import MetricLossTerm, Objective
@@ -127,6 +128,9 @@ def build_run(cfg: ExperimentConfig) -> RunParts:
     """Everything the trainer needs for ``cfg``, built before any run folder is touched (config errors come first)."""
     splits = build_splits(cfg)
     check_trainable(splits.train)
+    for split, dataset in {id(d): (n, d) for n, d in (("validation", splits.val), ("test", splits.test),
+                                                      ("reference", splits.reference)) if d is not None}.values():
+        check_images_open(dataset, split)  # an unreadable test image is found now, not after the training
     built = build_model(cfg, splits.train)
     t = cfg.train
     claimed = [group for m in built.methods for group in m.param_groups(t)]

@@ -100,7 +100,10 @@ class ImageFolderDataset(DMLDataset):
             with Image.open(path) as img:
                 return img.convert("RGB" if self.in_channels == 3 else "L")
         except (UnidentifiedImageError, OSError) as err:
-            raise ValueError(f"image '{path}' cannot be read ({err}); remove or replace it") from err
+            raise ValueError(
+                f"image '{path}' cannot be read ({err}); remove or replace it, "
+                "or set data.params.on_corrupt=skip to drop unreadable images"
+            ) from err
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         img = self._load(index)

@@ -208,7 +208,10 @@ class ImageListDataset(DMLDataset):
             self._require_image(path)
             raise
         except (UnidentifiedImageError, OSError) as err:
-            raise ValueError(f"{self.NAME}: image '{path}' cannot be read ({err}); replace it from the official archive") from err
+            raise ValueError(
+                f"{self.NAME}: image '{path}' cannot be read ({err}); replace it from the official archive, "
+                "or set data.params.on_corrupt=skip to drop unreadable images"
+            ) from err
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         index = int(index)
