@@ -139,3 +139,15 @@ def test_bench_search_index_part_runs(capsys):
     assert "batch q/s" in out and "hnsw16 ef=64" in out
     exact_row = next(line for line in out.splitlines() if line.startswith("exact"))
     assert "1.0000" in exact_row
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--ivf", "0"], "nlist (--ivf N) must be a positive integer, got 0"),
+    (["--hnsw", "0"], "m (--hnsw M) must be a positive integer, got 0"),
+    (["--hnsw", "4", "--recall-sample", "0"], "recall_sample (--recall-sample) must be a positive integer, got 0"),
+    (["--ivf", "2", "--recall-k", "-1"], "recall_k (--recall-k) must be a positive integer, got -1"),
+])
+def test_index_build_refuses_zero_sizes_instead_of_building_another_index(tmp_path, capsys, args, says):
+    np.save(tmp_path / "emb.npy", clustered(40, 4, 2, 5))
+    assert main(["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "idx"), *args]) == 2
+    assert says in capsys.readouterr().err and not (tmp_path / "idx").exists()

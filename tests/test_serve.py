@@ -117,6 +117,15 @@ def test_server_binds_loopback_by_default():
     assert is_loopback("localhost") and is_loopback("::1") and not is_loopback("0.0.0.0")
 
 
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_a_bad_upload_limit_is_named_in_mib(value, capsys):
+    from dmlkit.cli import main
+
+    assert main(["serve", "no-such-index", "--max-upload-mb", value]) == 2
+    err = capsys.readouterr().err
+    assert f"--max-upload-mb must be a positive number of MiB (e.g. 5), got {float(value):g}" in err and "max_bytes" not in err
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -176,8 +176,9 @@ def _cmd_embed(args: argparse.Namespace) -> int:
 def _cmd_index(args: argparse.Namespace) -> int:
     from dmlkit.search import IndexConfig, build_index_from_embeddings
 
-    mode = "ivf" if args.ivf else "hnsw" if args.hnsw else "exact"
-    cfg = IndexConfig(mode, nlist=args.ivf or 1024, nprobe=args.nprobe, m=args.hnsw or 32, ef_search=args.ef_search)
+    mode = "ivf" if args.ivf is not None else "hnsw" if args.hnsw is not None else "exact"  # --ivf 0 is an error, not exact
+    cfg = IndexConfig(mode, nlist=1024 if args.ivf is None else args.ivf, nprobe=args.nprobe,
+                      m=32 if args.hnsw is None else args.hnsw, ef_search=args.ef_search)
     index = build_index_from_embeddings(args.embeddings, args.out, cfg, args.recall_k, args.recall_sample)
     print(f"index {index.describe()} -> {args.out}")
     return 0
@@ -205,7 +206,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from dmlkit.serve.server import serve
 
-    serve(args.index_dir, args.run, args.host, args.port, max_upload_bytes=int(args.max_upload_mb * 2**20))
+    if not 0 < args.max_upload_mb < 2**20:  # also NaN
+        raise ValueError(f"--max-upload-mb must be a positive number of MiB (e.g. 5), got {args.max_upload_mb:g}")
+    serve(args.index_dir, args.run, args.host, args.port, max_upload_bytes=max(1, int(args.max_upload_mb * 2**20)))
     return 0
 
 

@@ -32,6 +32,7 @@ from dmlkit.io import atomic_write, write_json_atomic
 __all__ = ["IndexConfig", "MODES", "SearchIndex", "recall_at_k"]
 
 MODES = ("exact", "ivf", "hnsw")
+CLI_FLAGS = {"nlist": "--ivf N", "nprobe": "--nprobe", "m": "--hnsw M", "ef_search": "--ef-search"}  # of dmlkit index build
 FORMAT = "dmlkit-index/1"
 
 
@@ -52,7 +53,8 @@ class IndexConfig:
         for name in ("nlist", "nprobe", "m", "ef_construction", "ef_search"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"index {name} must be a positive integer, got {value!r}")
+                flag = f" ({CLI_FLAGS[name]})" if name in CLI_FLAGS else ""
+                raise ValueError(f"index {name}{flag} must be a positive integer, got {value!r}")
 
 
 def _as_matrix(x: np.ndarray, dim: int | None, what: str) -> np.ndarray:
@@ -139,6 +141,9 @@ class SearchIndex:
         recall_k: int = 10, recall_sample: int = 1000, seed: int = 0,
     ) -> "SearchIndex":
         """Index ``embeddings``; approximate modes also measure ``recall@recall_k`` (see the module docstring)."""
+        for name, value in (("recall_k (--recall-k)", recall_k), ("recall_sample (--recall-sample)", recall_sample)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r} (it sizes the recall measurement)")
         x = _as_matrix(embeddings, None, "embeddings")
         index = cls(int(x.shape[1]), config or IndexConfig(), dict(meta or {}))
         index.train(x, seed=seed)
