@@ -116,3 +116,24 @@ def test_links_between_pages_resolve():
     for page in PAGES:
         for target in re.findall(r"\]\(([^)#:]+\.md)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
             assert (page.parent / target).is_file(), f"{page_id(page)} links to missing {target}"
+
+
+def test_the_concepts_page_names_exactly_the_losses_that_take_ref_emb():
+    import torch
+
+    from dmlkit.losses import create_loss, list_losses
+
+    text = (ROOT / "docs" / "concepts.md").read_text()
+    sentence = re.search(r"`ref_labels`, e\.g\. CCP's proxies\) is accepted by (.*?); the other losses refuse", text, re.S)
+    named = set(re.findall(r"`(\w+)`", sentence.group(1)))
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.nn.functional.normalize(torch.randn(16, 8, generator=gen), dim=1), torch.arange(4).repeat_interleave(4)
+    accepted = set()
+    for name in list_losses():
+        loss = create_loss(name, num_classes=4, embedding_size=8)
+        try:
+            loss(x, y, ref_emb=x.clone(), ref_labels=y)
+        except ValueError:
+            continue
+        accepted.add(name)
+    assert named == accepted
