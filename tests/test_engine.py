@@ -231,3 +231,35 @@ def test_sft_run_resumes_to_the_same_result(tmp_path):
     for key in a:
         if isinstance(a[key], torch.Tensor):
             torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-6)
+
+
+def test_validation_can_be_capped_per_class_and_a_slow_validation_is_announced(monkeypatch):
+    from dmlkit.assemble import build
+    from dmlkit.assemble.build import build_run
+
+    full = build_run(tiny_config()).splits.val
+    capped = build_run(tiny_config("eval.val_max_per_class=3")).splits.val
+    assert torch.bincount(capped.labels).tolist() == [3] * full.num_classes
+    assert capped.class_names == full.class_names
+    again = build_run(tiny_config("eval.val_max_per_class=3")).splits.val
+    torch.testing.assert_close(again.get_batch(range(len(again)))[0], capped.get_batch(range(len(capped)))[0])
+    monkeypatch.setattr(build, "LARGE_VALIDATION_CLASS", 3)
+    with pytest.warns(RuntimeWarning, match=r"up to \d+ of one class.*eval.val_max_per_class"):
+        build_run(tiny_config())
+    with pytest.raises(ValueError, match="val_max_per_class"):
+        tiny_config("eval.val_max_per_class=1")
+
+
+def test_validation_classes_that_are_also_test_classes_are_announced(tmp_path):
+    from PIL import Image
+
+    from dmlkit.assemble.build import build_run
+
+    for split in ("train", "test"):  # one class set in both splits, as MNIST, Fashion-MNIST and CIFAR have
+        for c, name in enumerate("abcdefgh"):
+            (tmp_path / split / name).mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (8, 8), (30 * c, 20 * i, 9)).save(tmp_path / split / name / f"{i}.png")
+    common = [f"data.root={tmp_path}", "data.name=image_folder", "data.image_size=8", "train.batch_size=8", "train.m_per_class=2"]
+    with pytest.warns(RuntimeWarning, match=r"validation classes \['g', 'h'\] are also test classes"):
+        build_run(tiny_config(*common, "data.val_fraction=0.25"))

@@ -136,3 +136,17 @@ def class_fold_split(dataset: DMLDataset, num_folds: int, fold: int) -> tuple[La
     held = torch.arange(bounds[fold], bounds[fold + 1])
     rest = torch.cat([torch.arange(0, bounds[fold]), torch.arange(bounds[fold + 1], c)])
     return subset_classes(dataset, rest), subset_classes(dataset, held)
+
+
+def sample_per_class(dataset: DMLDataset, max_per_class: int, seed: int = 0) -> DMLDataset:
+    """At most ``max_per_class`` items of each class of ``dataset``, a random choice drawn from ``seed``
+    (in item order; class ids unchanged); ``dataset`` itself when no class has more."""
+    counts = torch.bincount(dataset.labels, minlength=dataset.num_classes)
+    if int(counts.max()) <= max_per_class:
+        return dataset
+    gen = make_generator(seed, 0x5A3)
+    keep = []
+    for label in range(dataset.num_classes):
+        members = torch.nonzero(dataset.labels == label).flatten()
+        keep.append(members[torch.randperm(members.numel(), generator=gen)[:max_per_class]])
+    return LabelledSubset(dataset, torch.cat(keep).sort().values)

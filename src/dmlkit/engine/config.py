@@ -97,6 +97,9 @@ class EvalConfig:
     ``reference_split``: when set, the images of ``split`` are queries searched among the
     images of this split (In-shop: ``split: query``, ``reference_split: gallery``); the two
     splits must share class ids. ``null``: ``split`` retrieves within itself (leave-one-out).
+    ``val_max_per_class``: validate on at most this many images of each validation class (a fixed
+    sample drawn from the seed); MAP@R ranks R = (images of the class - 1) neighbours of every
+    image, so large classes make every validation slow. ``null``: every validation image.
     """
 
     split: str = "test"
@@ -105,6 +108,7 @@ class EvalConfig:
     batch_size: int = 256
     embedding: str = "features"
     reference_split: str | None = None
+    val_max_per_class: int | None = None
 
     def __post_init__(self) -> None:
         if self.embedding not in ("features", "classifier"):
@@ -113,6 +117,9 @@ class EvalConfig:
             raise ValueError(f"eval.ks must be a non-empty list of positive integers (the K of each R@K), e.g. [1, 2, 4, 8]; got {self.ks!r}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"eval.batch_size must be a positive integer, got {self.batch_size!r}")
+        cap = self.val_max_per_class
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 2):
+            raise ValueError(f"eval.val_max_per_class must be an integer >= 2 (images per validation class) or null, got {cap!r}")
 
 
 def check_val_metric(train: TrainConfig, evaluation: EvalConfig, names: list[str]) -> None:
