@@ -94,7 +94,7 @@ def tie_bounds(
     earlier. Returns ``(low, high, number of queries whose order matters)``.
     """
     from dmlkit.evaluation.knn import knn_search
-    from dmlkit.evaluation.retrieval import _Sums
+    from dmlkit.evaluation.retrieval import MetricSums as _Sums
 
     n = len(y)
     _, codes = np.unique(y, return_inverse=True)

@@ -61,13 +61,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import torch
 
-from dmlkit.evaluation.knn import (
-    DEFAULT_MAX_BLOCK_BYTES,
-    _check_block_bytes,
-    _check_pair,
-    _search,
-    _Source,
-)
+from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, exact_neighbours
+from dmlkit.evaluation.knn_inputs import EmbeddingSource, check_block_bytes, check_pair
 
 __all__ = ["retrieval_metrics", "metric_names"]
 
@@ -83,7 +78,8 @@ def metric_names(ks: Sequence[int] = (1, 2, 4, 8)) -> list[str]:
     )
 
 
-def _labels(x: object, name: str, n: int, emb_name: str) -> np.ndarray:
+def check_labels(x: object, name: str, n: int, emb_name: str) -> np.ndarray:
+    """``x`` as a 1-D numpy array of ``n`` real labels, one per row of ``emb_name``."""
     if x is None:
         raise ValueError(f"{name} is missing; pass one label per row of {emb_name}.")
     if isinstance(x, torch.Tensor):
@@ -107,7 +103,8 @@ def _labels(x: object, name: str, n: int, emb_name: str) -> np.ndarray:
     return arr
 
 
-def _check_ks(ks: Iterable[int]) -> tuple[int, ...]:
+def check_ks(ks: Iterable[int]) -> tuple[int, ...]:
+    """``ks`` as a tuple of distinct positive ints, in their first order."""
     try:
         out = tuple(ks)
     except TypeError:
@@ -153,10 +150,10 @@ def retrieval_metrics(
             and reference differ; label count differs from embedding count;
             reference given without labels (or the reverse); bad ``ks``.
     """
-    ks = _check_ks(ks)
-    max_block_bytes = _check_block_bytes(max_block_bytes)
-    q = _Source(query, "query")
-    ql = _labels(query_labels, "query_labels", q.n, "query")
+    ks = check_ks(ks)
+    max_block_bytes = check_block_bytes(max_block_bytes)
+    q = EmbeddingSource(query, "query")
+    ql = check_labels(query_labels, "query_labels", q.n, "query")
     if reference is None:
         if reference_labels is not None:
             raise ValueError(
@@ -166,10 +163,10 @@ def retrieval_metrics(
         r, rl, exclude_self = None, ql, True
         ref = q
     else:
-        ref = r = _Source(reference, "reference")
-        rl = _labels(reference_labels, "reference_labels", r.n, "reference")
+        ref = r = EmbeddingSource(reference, "reference")
+        rl = check_labels(reference_labels, "reference_labels", r.n, "reference")
         exclude_self = bool(ref_includes_query)
-        _check_pair(q, r, exclude_self)
+        check_pair(q, r, exclude_self)
         if exclude_self and not np.array_equal(ql, rl[: q.n]):
             raise ValueError(
                 "ref_includes_query=True needs reference_labels[:len(query)] to equal "
@@ -196,11 +193,11 @@ def retrieval_metrics(
 
     available = ref.n - int(exclude_self)
     num_k = min(available, max([int(rel_count[active].max()), *ks]))
-    idx, _ = _search(q, r, num_k, exclude_self, max_block_bytes)
+    idx, _ = exact_neighbours(q, r, num_k, exclude_self, max_block_bytes)
     return _metrics_from_neighbours(idx.numpy(), q_codes, r_codes, rel_count, active, ks, names)
 
 
-class _Sums:
+class MetricSums:
     """Running per-metric sums over queries (float64), averaged at the end."""
 
     def __init__(self, ks: tuple[int, ...]) -> None:
@@ -245,7 +242,7 @@ def _metrics_from_neighbours(
 ) -> dict[str, float]:
     """Metrics from the ``(n_query, K)`` neighbour table, in row chunks."""
     n, num_k = idx.shape
-    sums = _Sums(ks)
+    sums = MetricSums(ks)
     rows = max(1, chunk_elems // max(1, num_k))
     for a0 in range(0, n, rows):
         sel = np.flatnonzero(active[a0 : a0 + rows]) + a0

@@ -14,7 +14,7 @@ Exact mode
     re-ranking), and the per-block ``(b, K)`` tables are merged into a running
     top-``K`` ordered by (squared distance, reference index), ``K = max(max R_i,
     max ks)``. The query itself is removed by index. The metrics are summed per
-    query block (``_Sums`` of ``retrieval.py``), so nothing of size ``n x K`` is
+    query block (``MetricSums`` of ``retrieval.py``), so nothing of size ``n x K`` is
     kept. ``b`` is the largest block whose buffers fit the budget: about
     ``b (24 d + 72 K)`` bytes plus the search's score tiles. The values equal
     ``retrieval_metrics`` up to neighbours whose float32 squared distances tie
@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, knn_search
-from dmlkit.evaluation.retrieval import _check_ks, _labels, _Sums, metric_names
+from dmlkit.evaluation.retrieval import MetricSums, check_ks, check_labels, metric_names
 
 __all__ = ["retrieval_metrics_from_file", "clustering_metrics_from_file", "APPROX_METHODS"]
 
@@ -189,10 +189,10 @@ def retrieval_metrics_from_file(
         The keys of ``metric_names(ks)``; with ``approx`` also ``approx_recall_at_1`` and
         ``approx_recall_sample``; with ``query_sample`` also ``num_queries``.
     """
-    ks = _check_ks(ks)
+    ks = check_ks(ks)
     arr = _open(embeddings)
     n, d = arr.shape
-    y = _labels(labels, "labels", n, "embeddings")
+    y = check_labels(labels, "labels", n, "embeddings")
     if y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0):
         raise ValueError("labels must be integer class ids; got fractional values")
     if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
@@ -212,7 +212,7 @@ def retrieval_metrics_from_file(
     rng = np.random.default_rng(seed)
     queries = np.arange(n) if query_sample is None else np.sort(rng.choice(n, size=min(n, int(query_sample)), replace=False))
     index = None if approx is None else _build_index(arr, approx, dict(approx_params or {}), block, seed)
-    sums = _Sums(ks)
+    sums = MetricSums(ks)
     for a0 in range(0, len(queries), block):
         q_ids_np = queries[a0 : a0 + block]
         q_ids = torch.from_numpy(q_ids_np)
@@ -250,7 +250,7 @@ def clustering_metrics_from_file(
 
     arr = _open(embeddings)
     n, d = arr.shape
-    y = _labels(labels, "labels", n, "embeddings")
+    y = check_labels(labels, "labels", n, "embeddings")
     if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
         raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
     k = int(np.unique(y).size)
