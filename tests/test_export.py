@@ -119,3 +119,36 @@ def test_a_checkpoint_with_nan_weights_is_refused_by_export_and_embed(run_dir, t
     images, _ = write_glyph_folder(tmp_path / "glyphs", max_classes=2)
     assert main(["embed", str(broken), "--images", str(images), "--out", str(tmp_path / "e.npy"), "--quiet"]) != 0
     assert "non-finite weights" in capsys.readouterr().err and not (tmp_path / "e.npy").exists()
+
+
+@pytest.mark.parametrize("fmt, suffix", [("torchscript", "pt"), pytest.param("onnx", "onnx", marks=pytest.mark.slow)])
+def test_an_exported_file_carries_its_preprocessing_and_search_embeds_with_it(run_dir, tmp_path, fmt, suffix):
+    from dmlkit.search import build_index_from_embeddings, embed_images, load_exported_model
+    from dmlkit.search.exported_model import is_exported_model
+    from dmlkit.search.query import search_index_folder
+
+    if fmt == "onnx":
+        need_onnx()
+    run = load_run_model(run_dir)
+    out = tmp_path / f"model.{suffix}"
+    export_run(run, fmt, out)
+    exported = load_exported_model(out)
+    assert exported.preprocess == run.preprocess and exported.embedding_dim == run.embedding_dim == 16
+    assert exported.metadata["run_dir"] == str(run.run_dir) and exported.metadata["format"] == "dmlkit-export/1"
+    assert not is_exported_model(run_dir / "best.pt")  # a checkpoint is not an exported model
+    folder, _ = write_glyph_folder(tmp_path / "glyphs", max_classes=3)
+    embed_images(run, folder, tmp_path / "emb.npy", quiet=True)
+    build_index_from_embeddings(tmp_path / "emb.npy", tmp_path / "index")
+    query = sorted(folder.rglob("*.png"))[4]
+    _, by_run = search_index_folder(tmp_path / "index", image=query, k=5)
+    _, by_file = search_index_folder(tmp_path / "index", image=query, k=5, run=out)
+    assert [n.id for n in by_file] == [n.id for n in by_run]
+    assert [n.distance for n in by_file] == pytest.approx([n.distance for n in by_run], abs=1e-4)
+
+
+def test_a_model_file_without_metadata_is_refused_with_the_fix(tmp_path):
+    from dmlkit.search import load_exported_model
+
+    export_model(gsp_model(), torch.randn(2, 1, 32, 32), "torchscript", tmp_path / "bare.pt")
+    with pytest.raises(ValueError, match="is not a model file written by dmlkit export"):
+        load_exported_model(tmp_path / "bare.pt")  # no dmlkit metadata: looks like any TorchScript archive

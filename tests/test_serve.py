@@ -76,6 +76,19 @@ def test_upload_search_equals_brute_force(client, served):
     assert itself["distance"] < 1e-3 and itself["thumbnail"] == "/thumb/13" and data["query"]["filename"] == path.name
 
 
+def test_the_page_embeds_uploads_with_an_exported_model_and_its_own_preprocessing(served, tmp_path):
+    from dmlkit.search import export_run
+
+    export_run(served["run"], "torchscript", tmp_path / "model.pt")
+    exported = fastapi_testclient.TestClient(create_app(served["index"], run=tmp_path / "model.pt"))
+    assert exported.get("/api/info").json()["run_dir"] == str((tmp_path / "model.pt").resolve())
+    path = served["paths"][13]
+    response = exported.post("/api/search", params={"k": 5}, files={"image": (path.name, png_bytes(path), "image/png")})
+    assert response.status_code == 200, response.text
+    run = load_run_model(served["run"])
+    assert_matches_brute_force(response.json()["neighbours"], served["emb"], run.embed(run.preprocess.load(path)[None]).numpy()[0], 5)
+
+
 def test_search_by_gallery_item(client, served):
     data = client.get("/api/search/20", params={"k": 4}).json()
     assert_matches_brute_force(data["neighbours"], served["emb"], served["emb"][20], 4)

@@ -5,13 +5,15 @@
 - ``SearchIndex``: exact / IVF / HNSW faiss index with ``add``, ``search``, ``save``, ``load`` and
   recall@k of approximate modes measured against exact search when built (``index``);
 - ``neighbours`` / ``build_index_from_embeddings``: query an index folder by image or embedding (``query``);
-- ``export_run``: TorchScript / ONNX export with an eager-parity check (``export``).
+- ``export_run``: TorchScript / ONNX export with an eager-parity check (``export``), carrying its
+  preprocessing as metadata; ``load_exported_model`` embeds queries with such a file (``exported_model``).
 
 Heavy optional pieces (onnx, the web server in ``dmlkit.serve``) are imported only when used.
 """
 
 from dmlkit.search.embed_images import EmbedResult, embed_images, load_embeddings
 from dmlkit.search.export import ExportReport, export_model, export_run
+from dmlkit.search.exported_model import ExportedModel, load_exported_model, load_query_model
 from dmlkit.search.image_list import ImageList, list_images
 from dmlkit.search.index import IndexConfig, SearchIndex, recall_at_k
 from dmlkit.search.preprocess import ImagePreprocess, preprocess_for_config
@@ -21,6 +23,7 @@ from dmlkit.search.run_model import RunModel, load_run_model
 __all__ = [
     "EmbedResult",
     "ExportReport",
+    "ExportedModel",
     "ImageList",
     "ImagePreprocess",
     "IndexConfig",
@@ -33,6 +36,8 @@ __all__ = [
     "export_run",
     "list_images",
     "load_embeddings",
+    "load_exported_model",
+    "load_query_model",
     "load_run_model",
     "neighbours",
     "preprocess_for_config",

@@ -15,24 +15,34 @@ size) and compared with the eager model: ``ExportReport.max_abs_diff`` must not 
 failure too (a difference that is not a number is not within any tolerance), so a model with
 non-finite weights is never exported. The input and output names in ONNX are ``images`` and
 ``embeddings``.
+
+``export_run`` also stores what an application needs to feed the model, as JSON under the key
+``dmlkit`` (ONNX ``metadata_props``; the TorchScript extra file ``dmlkit.json``): the preprocessing
+(channels, square size, per-channel mean and std, as ``ImagePreprocess``), the embedding size and
+the run and checkpoint it came from. ``dmlkit search --run`` and ``dmlkit serve --run`` accept
+such a file in place of a run folder (``dmlkit.search.exported_model``).
 """
 
 from __future__ import annotations
 
+import json
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from dmlkit.search.exported_model import EXTRA_FILE, METADATA_KEY
 from dmlkit.search.run_model import RunModel, load_run_model
 
-__all__ = ["EXPORT_FORMATS", "ExportReport", "export_model", "export_run", "run_exported"]
+__all__ = ["EXPORT_FORMATS", "EXPORT_METADATA_FORMAT", "ExportReport", "export_model", "export_run", "run_exported"]
 
 EXPORT_FORMATS = ("torchscript", "onnx")
 ONNX_OPSET = 18
+EXPORT_METADATA_FORMAT = "dmlkit-export/1"
 
 
 @dataclass
@@ -75,12 +85,13 @@ def run_exported(path: str | Path, fmt: str, images: torch.Tensor) -> torch.Tens
     raise ValueError(f"unknown export format '{fmt}'; valid formats are: {', '.join(EXPORT_FORMATS)}")
 
 
-def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path) -> None:
+def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path, metadata: dict[str, Any] | None = None) -> None:
+    text = json.dumps(metadata) if metadata is not None else None
     if fmt == "torchscript":
         with torch.no_grad(), warnings.catch_warnings():  # GSP traces as plain ops (gsp_transport)
             warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks become constants: fine
             traced = torch.jit.trace(model, example, check_trace=False)
-        torch.jit.save(traced, str(out))
+        torch.jit.save(traced, str(out), _extra_files={EXTRA_FILE: text} if text is not None else None)
         return
     _import_onnx()
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
@@ -90,6 +101,13 @@ def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path) -> None
             dynamic_shapes=({0: batch},), dynamo=True, verbose=False,
         )
     program.save(str(out))
+    if text is not None:
+        import onnx
+
+        proto = onnx.load(str(out))
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = METADATA_KEY, text
+        onnx.save(proto, str(out))
 
 
 def _check_finite(embeddings: torch.Tensor, what: str) -> None:
@@ -103,9 +121,12 @@ def _check_finite(embeddings: torch.Tensor, what: str) -> None:
 
 def export_model(
     model: nn.Module, example: torch.Tensor, fmt: str, out: str | Path, tolerance: float = 1e-5,
-    parity_inputs: list[torch.Tensor] | None = None,
+    parity_inputs: list[torch.Tensor] | None = None, metadata: dict[str, Any] | None = None,
 ) -> ExportReport:
-    """Export ``model`` (put in eval mode) to ``out`` in format ``fmt`` and check it; see the module docstring."""
+    """Export ``model`` (put in eval mode) to ``out`` in format ``fmt`` and check it; see the module docstring.
+
+    ``metadata`` (JSON-serialisable) is stored in the file under the key ``dmlkit``.
+    """
     if fmt not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format '{fmt}'; valid formats are: {', '.join(EXPORT_FORMATS)}")
     if example.ndim != 4 or example.shape[0] < 2:
@@ -113,7 +134,7 @@ def export_model(
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     model.eval()
-    _write(model, example, fmt, out)
+    _write(model, example, fmt, out, metadata)
     checks = parity_inputs or [example, torch.cat([example, example.flip(0), example[:1]])]
     worst = 0.0
     for x in checks:
@@ -134,6 +155,19 @@ def export_model(
 
 
 def export_run(run: str | Path | RunModel, fmt: str, out: str | Path, tolerance: float = 1e-5) -> ExportReport:
-    """Export the best model of a run folder; its input is what ``RunModel.preprocess`` makes of an image file."""
+    """Export the best model of a run folder; its input is what ``RunModel.preprocess`` makes of an image file,
+    which the file records (see the module docstring)."""
     model = run if isinstance(run, RunModel) else load_run_model(run)
-    return export_model(model.model, model.example_input(batch=2), fmt, out, tolerance)
+    return export_model(model.model, model.example_input(batch=2), fmt, out, tolerance, metadata=export_metadata(model))
+
+
+def export_metadata(model: RunModel) -> dict[str, Any]:
+    """What an exported file records about its input and origin (the ``dmlkit`` metadata)."""
+    p = model.preprocess
+    return {
+        "format": EXPORT_METADATA_FORMAT,
+        "preprocess": {**asdict(p), "mean": list(p.mean), "std": list(p.std)},
+        "embedding_dim": model.embedding_dim,
+        "run_dir": str(model.run_dir),
+        "checkpoint": str(model.checkpoint),
+    }

@@ -84,7 +84,8 @@ def search_index_folder(
 ) -> tuple[SearchIndex, list[Neighbour]]:
     """Open an index folder and answer one query given as an image file or a ``.npy`` embedding.
 
-    An image is embedded with ``run`` (default: the run recorded in the index when it was built).
+    An image is embedded with ``run`` (default: the run recorded in the index when it was built), which
+    may also be a model file of ``dmlkit export``: its own metadata then gives the preprocessing.
     """
     if (image is None) == (embedding is None):
         raise ValueError("give exactly one query: --image FILE or --embedding FILE")
@@ -94,12 +95,12 @@ def search_index_folder(
         if not path.is_file():
             raise ValueError(f"embedding file '{path}' does not exist; pass a .npy of shape (d,) or (1, d)")
         return index, neighbours(index, np.load(path), k)
-    from dmlkit.search.run_model import load_run_model
+    from dmlkit.search.exported_model import load_query_model
 
     run_dir = run or index.meta.get("run_dir")
     if run_dir is None:
         raise ValueError("this index does not record the run that embedded it; pass --run RUN_DIR to embed the image")
-    model = load_run_model(run_dir)
+    model = load_query_model(run_dir)  # a run folder, or a file of dmlkit export with its preprocessing
     query = model.embed(model.preprocess.load(image)[None]).numpy()
     return index, neighbours(index, query, k)
 

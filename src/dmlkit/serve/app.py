@@ -34,7 +34,8 @@ from PIL import Image
 from dmlkit.search.index import SearchIndex
 from dmlkit.search.preprocess import MAX_IMAGE_PIXELS
 from dmlkit.search.query import neighbours, row_description
-from dmlkit.search.run_model import RunModel, load_run_model
+from dmlkit.search.exported_model import ExportedModel, load_query_model
+from dmlkit.search.run_model import RunModel
 from dmlkit.serve.limits import BodySizeLimit
 from dmlkit.serve.page import PAGE_HTML
 
@@ -58,7 +59,7 @@ def _thumbnail(path: str) -> bytes:
         return buffer.getvalue()
 
 
-def _decode_upload(data: bytes, content_type: str, filename: str, model: RunModel) -> np.ndarray:
+def _decode_upload(data: bytes, content_type: str, filename: str, model: RunModel | ExportedModel) -> np.ndarray:
     """Check and decode an uploaded image into a model input batch ``(1, C, H, W)`` as numpy; 4xx on bad input."""
     if not data:
         raise HTTPException(400, "the uploaded file is empty; choose an image file")
@@ -83,18 +84,19 @@ def _decode_upload(data: bytes, content_type: str, filename: str, model: RunMode
 
 
 def create_app(
-    index_dir: str | Path, run: str | Path | RunModel | None = None, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+    index_dir: str | Path, run: str | Path | RunModel | ExportedModel | None = None, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
     k_default: int = 10, max_k: int = 100,
 ) -> Any:
     """The ASGI application serving ``index_dir`` (see the module docstring).
 
     ``run`` embeds uploads; by default the run recorded in the index (``dmlkit index build`` keeps it).
+    It may be a model file of ``dmlkit export``, whose metadata gives the preprocessing of uploads.
     """
     index = SearchIndex.load(index_dir)
     run = run if run is not None else index.meta.get("run_dir")
     if run is None:
         raise ValueError(f"index '{index_dir}' does not record the run that embedded it; pass --run RUN_DIR")
-    model = run if isinstance(run, RunModel) else load_run_model(run)
+    model = run if isinstance(run, (RunModel, ExportedModel)) else load_query_model(run)
     if model.embedding_dim != index.dim:
         raise ValueError(
             f"run '{model.run_dir}' makes {model.embedding_dim}-dimensional embeddings but the index holds {index.dim}; "
