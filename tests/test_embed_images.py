@@ -121,6 +121,7 @@ def test_preprocess_matches_image_folder_dataset(tmp_path):
     torch.testing.assert_close(ImagePreprocess(1, 24, (0.5,), (0.5,)).load(grey.paths[0]), grey[0][0], atol=1e-6, rtol=0)
 
 
+@pytest.mark.faults
 def test_non_finite_embeddings_are_refused_and_nothing_is_saved(run_dir, glyph_folder, tmp_path):
     import dataclasses
 

@@ -123,6 +123,7 @@ class PoisonLoss(Callback):
             trainer.objective = nan_objective
 
 
+@pytest.mark.faults
 def test_nan_loss_stops_and_keeps_last_checkpoint(tmp_path):
     run_dir = tmp_path / "nan"
     with pytest.raises(NonFiniteLossError, match="step 6"):
@@ -144,6 +145,7 @@ class PoisonBuffer(Callback):
             self.name = name
 
 
+@pytest.mark.faults
 def test_non_finite_weights_stop_training_before_any_checkpoint_holds_them(tmp_path):
     from dmlkit.engine.checkpoint import non_finite_entries
     from dmlkit.engine.trainer import NonFiniteWeightsError

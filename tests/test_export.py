@@ -94,6 +94,7 @@ def test_bad_format_and_example_are_rejected(tmp_path):
         export_model(model, torch.zeros(1, 1, 32, 32), "torchscript", tmp_path / "m")
 
 
+@pytest.mark.faults
 def test_parity_fails_on_nan_output_instead_of_reporting_zero_difference(run_dir, tmp_path):
     run = load_run_model(run_dir)
     with torch.no_grad():
@@ -103,6 +104,7 @@ def test_parity_fails_on_nan_output_instead_of_reporting_zero_difference(run_dir
         export_run(run, "torchscript", tmp_path / "model.pt")
 
 
+@pytest.mark.faults
 def test_a_checkpoint_with_nan_weights_is_refused_by_export_and_embed(run_dir, tmp_path, capsys):
     import shutil
 

@@ -4,8 +4,11 @@ Each killed run is a ``dmlkit train`` subprocess that sends itself SIGKILL at a 
 an optimiser step, or inside the atomic write of a checkpoint (its temporary file written, not yet
 renamed). The run is then continued in this process with the command a user would type (the
 same command, or ``--resume``) and must end with the weights and test metrics of an uninterrupted
-run. Config errors are each followed by the corrected command in the same run folder. Runs are
-tiny (8 steps on a few glyph classes) so the file takes about a minute on 2 cores.
+run. Config errors are each followed by the corrected command in the same run folder; an embedding job
+killed inside a chunk write resumes to the embeddings of an uninterrupted job. Runs are tiny (8
+steps on a few glyph classes) so the file takes about two minutes on 2 cores. With the NaN-weight
+tests of test_export / test_embed_images / test_engine and the signal tests of test_faults it forms
+the fault-injection suite: ``pytest -m faults``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import torch
 from dmlkit.cli import main
 from dmlkit.engine.checkpoint import load_checkpoint
 from tests_helpers import TINY_OVERRIDES
+
+pytestmark = pytest.mark.faults
 
 RUN = TINY_OVERRIDES + ["train.log_every=1", "plots=false"]  # 8 steps, validation (and checkpoints) at 4 and 8
 SETS = [a for o in RUN for a in ("--set", o)]
@@ -147,3 +152,25 @@ def test_sigterm_during_the_final_test_exits_143_and_resume_runs_the_test_once(t
     assert not (run_dir / "summary.json").exists() and (run_dir / "last.pt").is_file()
     assert _one_thread(main, ["train", "--resume", str(run_dir), "--quiet"]) == 0
     _same_as_reference(run_dir, reference)  # one test record, the uninterrupted metrics
+
+
+def test_an_embedding_job_killed_inside_a_chunk_write_resumes_to_the_same_embeddings(tmp_path, reference):
+    import numpy as np
+
+    from dmlkit.search import embed_images
+    from search_helpers import write_glyph_folder
+
+    run_dir = reference[2]
+    folder, _ = write_glyph_folder(tmp_path / "images", max_classes=3)
+    out = tmp_path / "emb.npy"
+    args = ["embed", str(run_dir), "--images", str(folder), "--out", str(out), "--chunk-size", "8", "--quiet"]
+    _killed("write:chunk-000001.npy", *args)  # the first chunk saved, the second half-written
+    parts = tmp_path / "emb.parts"
+    assert (parts / "chunk-000000.npy").is_file() and list(parts.glob(".chunk-000001.npy.*.tmp"))
+    assert not (parts / "chunk-000001.npy").exists() and not out.exists()
+    _killed("write:chunk-000002.npy", *args)  # started again: chunk 1 done now, killed inside chunk 2
+    assert [p.name.split(".")[1] for p in parts.glob(".*.tmp")] == ["chunk-000002"]  # the first kill's file is gone
+    assert _one_thread(main, args) == 0
+    assert not parts.exists() and not list(tmp_path.glob(".*.tmp"))
+    whole = embed_images(run_dir, folder, tmp_path / "whole.npy", chunk_size=8, quiet=True)
+    np.testing.assert_array_equal(np.load(out), np.load(whole.embeddings))

@@ -22,6 +22,8 @@ from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_che
 from dmlkit.assemble import build_trainer
 from tests_helpers import TINY_OVERRIDES
 
+pytestmark = pytest.mark.faults
+
 RUN = TINY_OVERRIDES + ["train.log_every=1"]  # 8 steps, validation at 4 and 8
 
 
