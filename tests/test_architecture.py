@@ -16,7 +16,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "dmlkit"
 
 COMPONENTS = ("models", "losses", "pooling", "augment", "proxies", "data", "evaluation", "distributed")
-TOOL_LAYERS = ("methods", "engine", "assemble", "protocols", "cli", "studies", "report", "search", "serve")
+TOOL_LAYERS = ("methods", "engine", "assemble", "protocols", "cli", "studies", "report", "search", "serve", "pretrain")
 
 
 def module_name(path: Path) -> str:
@@ -122,7 +122,8 @@ def test_components_import_no_tool_layer():
 
 @pytest.mark.parametrize("lower, higher", [
     ("engine", ("methods", "assemble", "config", "protocols", "cli", "models", "losses", "augment", "proxies", "pooling")),
-    ("methods", ("assemble", "protocols", "cli", "report", "search", "serve", "studies")),
+    ("methods", ("assemble", "protocols", "cli", "report", "search", "serve", "studies", "pretrain")),
+    ("assemble", ("pretrain", "protocols", "cli", "report", "search", "serve", "studies")),
     ("evaluation", ("augment", "losses", "proxies", "engine", "methods", "models")),
     ("data", ("models",)),
 ])

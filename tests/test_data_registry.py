@@ -62,6 +62,7 @@ def _image_folder_root(tmp_path):
 MINIATURES = {
     "glyphs": _glyphs_root,
     "glyph_collage": _glyphs_root,  # built from the rendered glyphs, like glyphs itself
+    "glyphs_testbed": _glyphs_root,  # the glyph table cut into pretraining and DML classes
     "image_folder": _image_folder_root,
     **BENCHMARK_MINIATURES,
 }

@@ -42,6 +42,24 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", help="where to write the run (default: OUTPUT_DIR/NAME from the config)")
     train.add_argument("--quiet", action="store_true", help="no progress output")
 
+    pretrain = sub.add_parser("pretrain", help="build (once) the pretrained backbone a config names in model.pretrained")
+    pretrain.add_argument("target", help="a config whose model.pretrained names a backbone, or that name "
+                                         "(e.g. glyphs-resnet20)")
+    pretrain.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                          help="override a value of the config (repeatable)")
+    pretrain.add_argument("--force", action="store_true", help="train it again even if a valid cached copy exists")
+    pretrain.add_argument("--quiet", action="store_true", help="no progress output")
+
+    floors = sub.add_parser("floors", help="scores of a split before any training: raw pixels, the untrained model "
+                                           "(and the pretrained backbone, not fine-tuned): a table's floor rows")
+    floors.add_argument("config", help="experiment YAML whose data, model and eval sections are used")
+    floors.add_argument("--split", default=None, help="split to score (default: the config's eval.split)")
+    floors.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds of the random weights (default: 0)")
+    floors.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a config value (repeatable)")
+    floors.add_argument("--columns", default="thesis", help="column set: thesis (P@1, MAP@R), sft (R@K, NMI, F1), all")
+    floors.add_argument("--out", default=None, help="also write the table (markdown) and floors.json beside it")
+
     evaluate = sub.add_parser("evaluate", help="evaluate a run folder's best checkpoint")
     evaluate.add_argument("run", help="a run folder, or a best.pt/last.pt inside one")
     evaluate.add_argument("--split", default="test", help="dataset split to evaluate (default: test)")
@@ -224,6 +242,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if not args.config:
             raise ValueError("dmlkit train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
         cfg = load_config(args.config, args.overrides)
+        from dmlkit.pretrain import ensure_pretrained_for
+
+        ensure_pretrained_for(cfg, quiet=args.quiet)  # a named pretrained backbone is built on first use
         trainer = build_trainer(cfg, args.run_dir, quiet=args.quiet)
     from dmlkit.engine.signals import TrainingInterrupted
 
@@ -261,6 +282,37 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
         metrics = {"metrics": metrics, "diagnostics": run_diagnostics(args.run, split=args.split)}
     print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def _cmd_pretrain(args: argparse.Namespace) -> int:
+    from dmlkit.assemble.pretrained import RECIPES, read_pretrained
+    from dmlkit.config import load_config
+    from dmlkit.pretrain import ensure_pretrained, pretrained_name
+
+    if args.target in RECIPES and not Path(args.target).is_file():
+        name = args.target
+    else:
+        name = pretrained_name(load_config(args.target, args.overrides))
+        if name is None:
+            raise ValueError(f"'{args.target}' names no pretrained backbone in model.pretrained; valid names: "
+                             f"{', '.join(sorted(RECIPES))}")
+    path = ensure_pretrained(name, quiet=args.quiet, force=args.force)
+    summary = read_pretrained(name, path)["summary"]
+    val = summary.get("best_val", {})
+    print(f"pretrained backbone '{name}': {path}  (best step {summary.get('best_step')}, val "
+          f"{val.get('metric')} {val.get('value', float('nan')):.4f}, train time {summary.get('train_seconds', 0):.0f} s)")
+    return 0
+
+
+def _cmd_floors(args: argparse.Namespace) -> int:
+    from dmlkit.config import load_config
+    from dmlkit.pretrain import ensure_pretrained_for
+    from dmlkit.protocols.floors import floor_table
+
+    cfg = load_config(args.config, args.overrides)
+    ensure_pretrained_for(cfg)
+    print(floor_table(cfg, split=args.split, seeds=args.seeds, columns=args.columns, out=args.out))
     return 0
 
 
@@ -340,6 +392,7 @@ COMMANDS = {"train": _cmd_train, "evaluate": _cmd_evaluate, "data": _cmd_data, "
 COMMANDS.update(embed=_cmd_embed, index=_cmd_index, search=_cmd_search, export=_cmd_export, serve=_cmd_serve)
 COMMANDS["study"] = _cmd_study
 COMMANDS["sweep"] = _cmd_sweep
+COMMANDS.update(pretrain=_cmd_pretrain, floors=_cmd_floors)
 
 
 def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from dmlkit.assemble.eval_model import evaluation_model
+from dmlkit.assemble.pretrained import resolve_pretrained
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.data import build_datasets, create_batch_sampler, create_dataset
 from dmlkit.data.datasets.unreadable import check_images_open
@@ -84,9 +85,12 @@ class BuiltModel:
 def build_model(cfg: ExperimentConfig, train_set: Any, pretrained: bool | None = None) -> BuiltModel:
     """The embedder, the objective and the methods, initialised from the run's seed without touching global RNG state.
 
-    ``pretrained=False`` skips loading pretrained backbone weights (a finished run loads its own).
+    ``pretrained=False`` skips loading pretrained backbone weights (a finished run loads its own); a
+    pretrained *name* (``model.pretrained: glyphs-resnet20``) loads its checked cached weights
+    (``dmlkit.assemble.pretrained``).
     """
     model_cfg = cfg.model if pretrained is None else _with_pretrained(cfg, pretrained)
+    model_cfg = resolve_pretrained(model_cfg, train_set.in_channels)
     methods = build_methods(cfg)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)

@@ -14,6 +14,7 @@ from typing import Any
 from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.config import DataConfig
 from dmlkit.data.datasets.collage import GlyphCollageDataset
+from dmlkit.data.datasets.glyph_testbed import GlyphsTestbedDataset
 from dmlkit.data.datasets.glyphs import GlyphsDataset
 from dmlkit.data.datasets.image_folder import ImageFolderDataset
 from dmlkit.data.datasets.cars import CarsDataset
@@ -29,6 +30,7 @@ from dmlkit.registry import Registry, check_kwargs
 
 DATASETS: Registry[DMLDataset] = Registry("dataset")
 DATASETS.register("glyphs", GlyphsDataset)
+DATASETS.register("glyphs_testbed", GlyphsTestbedDataset)
 DATASETS.register("glyph_collage", GlyphCollageDataset)
 DATASETS.register("image_folder", ImageFolderDataset)
 DATASETS.register("cub", CUBDataset)
@@ -95,16 +97,20 @@ def prepare_dataset(name: str, root: str | Path | None = None, **kwargs: Any) ->
 
 
 def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") -> dict[str, DMLDataset]:
-    """The ``train`` / ``val`` / ``test`` datasets of ``config`` (``val`` only if ``val_fraction > 0`` or ``folds``).
+    """The ``train`` / ``val`` / ``test`` datasets of ``config`` (``val`` only if ``val_split``, ``val_fraction > 0``
+    or ``folds``).
 
-    ``val`` holds the last ``val_fraction`` of the train classes and is never
-    augmented; ``train`` keeps the other train classes and is augmented if
-    ``config.augment``; ``test`` is the (un-augmented) ``test_split``.
+    ``train`` is split ``config.train_split``, augmented if ``config.augment``. ``val`` is split
+    ``config.val_split`` when set, else the last ``val_fraction`` of the train classes (or fold
+    ``fold`` of them), never augmented; ``train`` then keeps the other train classes. ``test`` is
+    the (un-augmented) ``test_split``.
     """
     common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
-    train = create_dataset(config.name, "train", augment=config.augment, **common)
+    train = create_dataset(config.name, config.train_split, augment=config.augment, **common)
     out: dict[str, DMLDataset] = {"train": train}
-    if config.folds:
+    if config.val_split is not None:
+        out["val"] = create_dataset(config.name, config.val_split, augment=False, **common)
+    elif config.folds:
         train_part, val_part = class_fold_split(train, config.folds, config.fold)
         out["train"], out["val"] = train_part, val_part.with_augment(False)
     elif config.val_fraction > 0:

@@ -23,6 +23,9 @@ class DataConfig:
         folds: with ``folds >= 2`` the validation classes are fold ``fold`` of a class-disjoint
             ``folds``-fold split of the train classes (the fair protocol) instead of ``val_fraction``.
         fold: which fold validates (``0 <= fold < folds``).
+        train_split: the split that trains (``pretrain`` for a pretraining recipe of ``glyphs_testbed``).
+        val_split: a split of the dataset that validates (e.g. ``val`` of ``glyphs_testbed``) instead of a
+            hold-out of the train classes; needs ``val_fraction: 0`` and ``folds: 0``.
         params: further keyword arguments of the dataset's constructor (e.g. ``channels`` of ``image_folder``).
     """
 
@@ -35,6 +38,8 @@ class DataConfig:
     num_workers: int = 0
     folds: int = 0
     fold: int = 0
+    train_split: str = "train"
+    val_split: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -56,3 +61,13 @@ class DataConfig:
             raise ValueError(f"data.fold must be an int in 0..{max(self.folds - 1, 0)} (data.folds={self.folds}), got {self.fold!r}")
         if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
             raise ValueError(f"data.num_workers must be an int >= 0, got {self.num_workers!r}")
+        if not isinstance(self.train_split, str) or not self.train_split:
+            raise ValueError(f"data.train_split must be a split name such as 'train', got {self.train_split!r}")
+        if self.val_split is not None:
+            if not isinstance(self.val_split, str) or not self.val_split:
+                raise ValueError(f"data.val_split must be a split name such as 'val', or null; got {self.val_split!r}")
+            if self.val_fraction or self.folds:
+                raise ValueError(
+                    f"data.val_split '{self.val_split}' validates, so set data.val_fraction: 0 and data.folds: 0 "
+                    f"(got {self.val_fraction} and {self.folds}), or set data.val_split: null to hold out train classes"
+                )

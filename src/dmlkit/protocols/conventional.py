@@ -14,7 +14,7 @@ from dmlkit.config import load_config
 from dmlkit.protocols.runs import Obtain
 from dmlkit.protocols.table import SEED_KEY
 
-PROTOCOL_OVERRIDES = {"conventional": ["data.val_fraction=0", "data.folds=0"], "holdout": []}
+PROTOCOL_OVERRIDES = {"conventional": ["data.val_fraction=0", "data.folds=0", "data.val_split=null"], "holdout": []}
 
 
 def seed_metrics(summary: dict[str, Any]) -> dict[str, float]:

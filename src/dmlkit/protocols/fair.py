@@ -58,7 +58,8 @@ def run_fair(
         raise ValueError(f"the fair protocol needs folds >= 2, got {folds!r}")
     separated, concatenated = [], []
     for seed in seeds:
-        configs = [load_config(config_path, [*overrides, f"seed={seed}", f"data.folds={folds}", f"data.fold={k}"]) for k in range(folds)]
+        configs = [load_config(config_path, [*overrides, f"seed={seed}", f"data.folds={folds}", f"data.fold={k}", "data.val_split=null"])
+                   for k in range(folds)]
         run_dirs = [out_dir / f"{c.name}-seed{seed}-fold{k}" for k, c in enumerate(configs)]
         summaries = [obtain(c, d) for c, d in zip(configs, run_dirs)]
         if any(s is None for s in summaries):

@@ -46,6 +46,9 @@ def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True) -> 
     _check_same_config(cfg, folder)
     if folder.summary.is_file():
         return json.loads(folder.summary.read_text())
+    from dmlkit.pretrain import ensure_pretrained_for
+
+    ensure_pretrained_for(cfg, quiet=quiet)  # a named pretrained backbone is built on first use
     if folder.last_checkpoint.is_file():
         return resume_trainer(run_dir, quiet=quiet).fit()
     return build_trainer(cfg, run_dir, quiet=quiet).fit()  # a run stopped before its first checkpoint starts again
@@ -68,6 +71,9 @@ class Planner:
         folder = RunFolder(run_dir)
         _check_same_config(cfg, folder)
         if not folder.summary.is_file():
+            from dmlkit.pretrain import ensure_pretrained_for
+
+            ensure_pretrained_for(cfg)  # here, once, before parallel workers would each build it
             self.runs.append((dump_config(cfg), run_dir))
         return None
 

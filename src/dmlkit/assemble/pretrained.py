@@ -1,0 +1,194 @@
+"""Named pretrained backbones: their recipes, where their weights are cached, and the checked loading.
+
+A config that says ``model.pretrained: glyphs-resnet20`` fine-tunes a backbone that dmlkit
+trains itself, once, as the papers fine-tune ImageNet weights: the *recipe* of a name is an
+experiment config (``RECIPES``; e.g. normalized softmax on the ``pretrain`` classes of
+``glyphs_testbed``, class-disjoint from the DML classes). ``dmlkit pretrain CONFIG`` (or the
+first ``dmlkit train`` / ``dmlkit protocol`` of a config that needs it) trains the recipe with
+the ordinary trainer (``dmlkit.pretrain``) and keeps the backbone's weights in
+
+    ``<cache root>/pretrained/<name>-<key[:16]>.pt``   (``$DMLKIT_CACHE`` or ``~/.cache/dmlkit``)
+
+where ``key`` is the SHA-256 of everything that determines the weights (``pretrained_key``): the
+entry format, the name, the recipe's full resolved config (seed included), the dataset's
+fingerprint (glyphs: version, selection rule, fonts, size) and the versions of torch and
+pytorch-metric-learning. A changed recipe, dataset or library gives another file name, so a
+stale entry is never picked up; the entry also stores its key, its backbone and input channels,
+and a SHA-256 of its tensors, so a renamed, truncated or altered file is detected
+(``read_pretrained`` raises ``PretrainedCacheError``) and rebuilt, never used.
+
+``resolve_pretrained`` (called by ``build_model`` before the embedder is built) turns the name
+into the checked weights file, or raises a ``ValueError`` that says what to run: the entry is
+missing or corrupt, the name is unknown, or the config's backbone or input channels differ
+from the recipe's. This module builds nothing: training a recipe is tool-level work
+(``dmlkit.pretrain``), above this layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dmlkit.config import ExperimentConfig, dump_config, from_dict
+from dmlkit.data.cache import cache_root
+from dmlkit.data.catalog import DATASETS
+from dmlkit.models.config import ModelConfig
+
+__all__ = [
+    "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "list_pretrained", "pretrained_key", "pretrained_path",
+    "pretrained_recipe", "read_pretrained", "resolve_pretrained", "state_checksum",
+]
+
+PRETRAINED_FORMAT = 1
+
+#: name -> the experiment config (as YAML values) whose trained backbone the name stands for.
+RECIPES: dict[str, dict[str, Any]] = {
+    # ResNet-20 on the 1,416 pretraining classes of glyphs_testbed (Latin, Greek, Cyrillic, ... by code point),
+    # normalized softmax, augmented, 1,500 steps of 128 images; best step by MAP@R on 10% held-out classes.
+    "glyphs-resnet20": {
+        "name": "pretrain-glyphs-resnet20",
+        "seed": 0,
+        "plots": False,
+        "data": {"name": "glyphs_testbed", "train_split": "pretrain", "val_fraction": 0.1, "augment": True},
+        "model": {"backbone": "resnet20", "pooling": "gap", "embedding_dim": 128, "normalize": "l2"},
+        "loss": {"name": "normalized_softmax", "miner": None},
+        "train": {
+            "optimizer": "adam", "lr": 2.0e-3, "loss_lr": 1.0e-2, "weight_decay": 1.0e-4, "batch_size": 128,
+            "m_per_class": 1, "max_steps": 1500, "schedule": "step", "step_size": 1000, "step_gamma": 0.1,
+            "val_every": 250, "patience": 100,
+        },
+        "eval": {"split": "val", "clustering": False},
+    },
+}
+
+
+class PretrainedCacheError(ValueError):
+    """A cached pretrained backbone that cannot be used: unreadable, of another key, or altered."""
+
+
+def list_pretrained() -> list[str]:
+    """The names ``model.pretrained`` accepts besides ``true`` / ``false`` / a weights file."""
+    return sorted(RECIPES)
+
+
+def _check_name(name: str) -> None:
+    if name not in RECIPES:
+        raise ValueError(
+            f"unknown pretrained backbone '{name}'; valid names are: {', '.join(list_pretrained())}, or give "
+            "model.pretrained the path of a weights file (or true / false)"
+        )
+
+
+def pretrained_recipe(name: str) -> ExperimentConfig:
+    """The experiment config that trains backbone ``name``."""
+    _check_name(name)
+    return from_dict(ExperimentConfig, RECIPES[name])
+
+
+def _dataset_fingerprint(cfg: ExperimentConfig) -> str:
+    fingerprint = getattr(DATASETS.get(cfg.data.name), "fingerprint", None)
+    return fingerprint(cfg.data.root, cfg.data.image_size) if fingerprint is not None else f"dataset {cfg.data.name}"
+
+
+def pretrained_key(name: str) -> str:
+    """SHA-256 (hex) of everything that determines the weights of ``name`` (module docstring)."""
+    import pytorch_metric_learning
+
+    cfg = pretrained_recipe(name)
+    record = {
+        "format": PRETRAINED_FORMAT, "name": name, "config": dump_config(cfg), "data": _dataset_fingerprint(cfg),
+        "torch": torch.__version__, "pytorch_metric_learning": pytorch_metric_learning.__version__,
+    }
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def pretrained_path(name: str, key: str | None = None) -> Path:
+    """Where the weights of ``name`` are cached: ``<cache root>/pretrained/<name>-<key[:16]>.pt``."""
+    key = pretrained_key(name) if key is None else key
+    return cache_root() / "pretrained" / f"{name}-{key[:16]}.pt"
+
+
+def state_checksum(state: dict[str, torch.Tensor]) -> str:
+    """SHA-256 of a state dict: every tensor's name, dtype, shape and bytes, in name order."""
+    h = hashlib.sha256()
+    for k in sorted(state):
+        t = state[k].detach().cpu().contiguous()
+        h.update(f"{k}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def read_pretrained(name: str, path: Path | None = None) -> dict[str, Any] | None:
+    """The cache entry of ``name`` (a dict with ``state_dict``, ``backbone``, ``in_channels``, ``summary``, ...),
+    ``None`` when there is none, or ``PretrainedCacheError`` when the file is there but unusable."""
+    key = pretrained_key(name)
+    path = pretrained_path(name, key) if path is None else Path(path)
+    if not path.is_file():
+        return None
+    try:
+        entry = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises several types for a truncated or foreign file
+        raise PretrainedCacheError(f"'{path}' cannot be read ({type(err).__name__}: {err})") from err
+    fields = ("format", "name", "key", "backbone", "in_channels", "state_dict", "checksum")
+    if not isinstance(entry, dict) or any(f not in entry for f in fields):
+        raise PretrainedCacheError(f"'{path}' is not a dmlkit pretrained-backbone entry")
+    if entry["format"] != PRETRAINED_FORMAT or entry["name"] != name or entry["key"] != key:
+        raise PretrainedCacheError(f"'{path}' holds weights of another recipe, dataset or library version (stale)")
+    state = entry["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise PretrainedCacheError(f"'{path}' holds no state dict of tensors")
+    if state_checksum(state) != entry["checksum"]:
+        raise PretrainedCacheError(f"the weights in '{path}' do not match their checksum (altered or damaged)")
+    return entry
+
+
+def _what_to_run(name: str) -> str:
+    return (
+        f"run `dmlkit pretrain {name}` (or `dmlkit pretrain CONFIG` with this config) to build it; "
+        "`dmlkit train` and `dmlkit protocol` also build it on first use"
+    )
+
+
+def resolve_pretrained(model: ModelConfig, in_channels: int) -> ModelConfig:
+    """``model`` with a pretrained *name* replaced by its checked cached weights file (else unchanged).
+
+    Raises ``ValueError`` (what to run or to change) for an unknown name, a config whose backbone or
+    input channels differ from the recipe's, and a missing or unusable cache entry.
+    """
+    name = model.pretrained
+    if isinstance(name, bool) or not isinstance(name, str):
+        return model
+    if name not in RECIPES:
+        if Path(name).expanduser().is_file() or "/" in name or Path(name).suffix:
+            return model  # the path of a weights file: the backbone factory loads (and checks) it
+        _check_name(name)
+    recipe = pretrained_recipe(name)
+    if recipe.model.backbone != model.backbone:
+        raise ValueError(
+            f"pretrained backbone '{name}' is a {recipe.model.backbone}, but model.backbone is {model.backbone}; "
+            f"set model.backbone: {recipe.model.backbone}, or another model.pretrained"
+        )
+    recipe_channels = getattr(DATASETS.get(recipe.data.name), "in_channels", in_channels)
+    if recipe_channels != in_channels:
+        raise ValueError(
+            f"pretrained backbone '{name}' takes {recipe_channels}-channel images, but this dataset has "
+            f"{in_channels}; pick a dataset with {recipe_channels} channel(s) or another model.pretrained"
+        )
+    path = pretrained_path(name)
+    try:
+        entry = read_pretrained(name, path)
+    except PretrainedCacheError as err:
+        raise ValueError(f"the cached pretrained backbone '{name}' is unusable: {err}; {_what_to_run(name)} again") from err
+    if entry is None:
+        raise ValueError(f"pretrained backbone '{name}' is not built yet (no {path}); {_what_to_run(name)}")
+    if entry["backbone"] != model.backbone or entry["in_channels"] != in_channels:
+        raise ValueError(
+            f"'{path}' holds a {entry['backbone']} for {entry['in_channels']}-channel images, not a {model.backbone} "
+            f"for {in_channels}; delete it and {_what_to_run(name)}"
+        )
+    return dataclasses.replace(model, pretrained=str(path))
