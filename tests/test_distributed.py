@@ -239,3 +239,34 @@ def test_torchrun_trains_on_two_processes_and_only_rank_zero_writes(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 8 and 0 <= summary["test"]["precision_at_1"] <= 1
     assert (run_dir / "last.pt").is_file() and not list(run_dir.glob(".*.tmp"))
+    assert json.loads((run_dir / "environment.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.faults
+def test_a_two_process_run_killed_resumes_only_with_two_processes(tmp_path, capsys):
+    import json
+    import subprocess
+    import sys
+
+    from dmlkit.cli import main
+    from tests_helpers import TINY_OVERRIDES
+
+    sets = [a for o in TINY_OVERRIDES + ["plots=false"] for a in ("--set", o)]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dmlkit", "train"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    done = subprocess.run([*torchrun, "configs/quickstart.yaml", *sets, "--run-dir", str(full), "--quiet"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    killed = subprocess.run([*torchrun, "configs/quickstart.yaml", *sets, "--run-dir", str(cut), "--quiet"],
+                            capture_output=True, text=True, timeout=600, env={**env, "DMLKIT_FAULT": "step:6"})
+    assert killed.returncode != 0 and not (cut / "summary.json").exists()
+    last = (cut / "last.pt").read_bytes()
+    assert main(["train", "--resume", str(cut), "--quiet"]) == 2  # one process: refused, nothing written
+    assert "trained by 2 process(es) and this resume has 1" in capsys.readouterr().err
+    assert (cut / "last.pt").read_bytes() == last
+    resumed = subprocess.run([*torchrun, "--resume", str(cut), "--quiet"], capture_output=True, text=True, timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = (json.loads((d / "summary.json").read_text())["test"] for d in (full, cut))
+    assert a == pytest.approx(b, abs=1e-6)
