@@ -105,19 +105,7 @@ class Trainer:
         self.fabric.launch()
         environment = current_environment(self.fabric.world_size, getattr(self.fabric.strategy, "num_nodes", 1),
                                           self.fabric.device, t.precision)
-        continuing = self.resuming and self.folder.last_checkpoint.is_file()
-        if continuing:
-            self.folder.prepare_resume()
-            saved = read_environment(self.folder.environment)
-            differences = check_resume(saved, environment, self.folder.path) if saved is not None else {}
-            if self.fabric.is_global_zero:
-                self.folder.acquire()
-                self.folder.remove_temporaries()
-                self._record_resume(saved, environment, differences)
-        elif self.fabric.is_global_zero:  # only rank 0 writes the run folder
-            self.folder.start_new(parts.config_text, own_config=self.resuming)
-            write_text_atomic(self.folder.config, parts.config_text)
-            write_json_atomic(self.folder.environment, environment)
+        resume = self._open_folder(environment)
         self.fabric.barrier()
         self.splits = parts.splits
         optimizer = build_optimizer(parts.param_groups, t)
@@ -134,14 +122,33 @@ class Trainer:
             self.sampler = ShardedBatchSampler(self.sampler, self.fabric.global_rank, self.fabric.world_size)
         self.stopper = parts.stopper
         self.log = MetricsLog(self.folder.metrics, write=self.fabric.is_global_zero)
-        if continuing:
+        if resume is not None:
             self._load_last()
+            if self.fabric.is_global_zero:
+                self._record_resume(*resume, environment)
 
-    def _record_resume(self, saved: dict[str, Any] | None, environment: dict[str, Any], differences: dict[str, list[Any]]) -> None:
+    def _open_folder(self, environment: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, list[Any]]] | None:
+        """Lock the run folder for a fresh start (config and environment written; returns None) or for a
+        continuation from ``last.pt`` (returns the recorded environment and what differs from it now)."""
+        if self.resuming and self.folder.last_checkpoint.is_file():
+            self.folder.prepare_resume()
+            saved = read_environment(self.folder.environment)
+            differences = check_resume(saved, environment, self.folder.path) if saved is not None else {}
+            if self.fabric.is_global_zero:
+                self.folder.acquire()
+                self.folder.remove_temporaries()
+            return saved, differences
+        if self.fabric.is_global_zero:  # only rank 0 writes the run folder
+            self.folder.start_new(self.parts.config_text, own_config=self.resuming)  # a resume without last.pt restarts
+            write_text_atomic(self.folder.config, self.parts.config_text)
+            write_json_atomic(self.folder.environment, environment)
+        return None
+
+    def _record_resume(self, saved: dict[str, Any] | None, differences: dict[str, list[Any]], environment: dict[str, Any]) -> None:
         """Append this resume to ``environment.json`` (warning about a changed device, thread count or versions)."""
         if saved is None:  # a run folder of a dmlkit that recorded no environment
             return
-        step = int(load_checkpoint(self.folder.last_checkpoint)["loop"]["step"])
+        step = self.state.step
         if differences:
             changed = "; ".join(f"{key}: {before} -> {now}" for key, (before, now) in differences.items())
             warnings.warn(
