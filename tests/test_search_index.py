@@ -151,3 +151,11 @@ def test_index_build_refuses_zero_sizes_instead_of_building_another_index(tmp_pa
     np.save(tmp_path / "emb.npy", clustered(40, 4, 2, 5))
     assert main(["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "idx"), *args]) == 2
     assert says in capsys.readouterr().err and not (tmp_path / "idx").exists()
+
+
+def test_saving_an_index_removes_what_a_killed_save_left(tmp_path):
+    stale = tmp_path / "idx" / ".index.faiss.999999999-0a1b2c3d.tmp"  # no such pid
+    stale.parent.mkdir()
+    stale.write_bytes(b"half an index")
+    SearchIndex.build(clustered(20, 4, 2, 1)).save(tmp_path / "idx")
+    assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == ["index.faiss", "meta.json"]

@@ -27,7 +27,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from dmlkit.io import atomic_write, write_json_atomic
+from dmlkit.io import atomic_write, remove_stale_temporaries, write_json_atomic
 
 __all__ = ["IndexConfig", "MODES", "SearchIndex", "recall_at_k"]
 
@@ -202,6 +202,7 @@ class SearchIndex:
         """Write ``index.faiss`` and ``meta.json`` into ``folder`` (created if needed)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(folder, targets=["index.faiss", "meta.json"])  # of a build that was killed
         with atomic_write(folder / "index.faiss") as fh:
             faiss.write_index(self._index, faiss.PyCallbackIOWriter(fh.write))
         write_json_atomic(folder / "meta.json", {"format": FORMAT, "dim": self.dim, "count": self.ntotal,
