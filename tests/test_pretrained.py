@@ -121,7 +121,16 @@ def _other_key(path: Path) -> None:
     torch.save(entry, path)
 
 
-@pytest.mark.parametrize("damage", [_truncate, _alter_one_weight, _other_key], ids=["truncated", "altered", "other-key"])
+def _other_default(path: Path) -> None:
+    entry = torch.load(path, weights_only=True)
+    assert "  - 0.99\n" in entry["config"]
+    entry["config"] = entry["config"].replace("  - 0.99\n", "  - 0.999\n")  # trained when train.betas defaulted otherwise
+    torch.save(entry, path)
+
+
+@pytest.mark.parametrize(
+    "damage", [_truncate, _alter_one_weight, _other_key, _other_default], ids=["truncated", "altered", "other-key", "other-default"]
+)
 def test_an_unusable_entry_is_refused_with_what_to_run_then_rebuilt(cache, monkeypatch, damage):
     damage(cache)
     with pytest.raises(P.PretrainedCacheError):
@@ -148,6 +157,18 @@ def test_a_changed_recipe_is_a_new_key_and_the_stale_entry_goes(cache, monkeypat
     new = T.ensure_pretrained(TINY, quiet=True)
     assert P.read_pretrained(TINY, new)["summary"]["steps"] == 4
     assert sorted(p.name for p in new.parent.iterdir()) == [new.name], "the stale entry is removed"
+
+
+def test_a_config_field_added_since_counts_only_when_it_holds_a_value(cache):
+    entry = torch.load(cache, weights_only=True)
+    assert "  val_split: null\n" in entry["config"] and "  local_dim: null\n" in entry["config"]
+    entry["config"] = entry["config"].replace("  val_split: null\n", "").replace("  local_dim: null\n", "")
+    torch.save(entry, cache)  # an entry written before data.val_split and model.local_dim existed
+    assert P.read_pretrained(TINY) is not None
+    entry["config"] = entry["config"].replace("  freeze_bn: false\n", "")
+    torch.save(entry, cache)  # ... or before model.freeze_bn (default false, not null): stale
+    with pytest.raises(P.PretrainedCacheError, match="stale.*model.freeze_bn"):
+        P.read_pretrained(TINY)
 
 
 def test_the_key_covers_the_data_and_the_libraries(monkeypatch):

@@ -9,13 +9,19 @@ the ordinary trainer (``dmlkit.pretrain``) and keeps the backbone's weights in
 
     ``<cache root>/pretrained/<name>-<key[:16]>.pt``   (``$DMLKIT_CACHE`` or ``~/.cache/dmlkit``)
 
-where ``key`` is the SHA-256 of everything that determines the weights (``pretrained_key``): the
-entry format, the name, the recipe's full resolved config (seed included), the dataset's
-fingerprint (glyphs: version, selection rule, fonts, size) and the versions of torch and
-pytorch-metric-learning. A changed recipe, dataset or library gives another file name, so a
-stale entry is never picked up; the entry also stores its key, its backbone and input channels,
-and a SHA-256 of its tensors, so a renamed, truncated or altered file is detected
-(``read_pretrained`` raises ``PretrainedCacheError``) and rebuilt, never used.
+where ``key`` is the SHA-256 of what determines the weights (``pretrained_key``): the entry
+format, the name, the recipe as written (seed included), the dataset's fingerprint (glyphs:
+version, selection rule, fonts, size) and the versions of torch and pytorch-metric-learning. A
+changed recipe, dataset or library gives another file name, so such a stale entry is never
+picked up. The entry stores its key, its backbone and input channels, a SHA-256 of its tensors
+and the recipe's full resolved config (every default included); ``read_pretrained`` compares that
+config with today's resolution of the recipe, so a changed *default* (say ``train.betas``) makes
+the entry stale too. A config field added since the entry was written counts only when it holds
+a value: dmlkit adds optional fields with ``null`` / empty defaults, which change nothing, and
+keying on the full resolved text would throw away every backbone whenever any config gains a
+field. A renamed, truncated, altered or stale file raises ``PretrainedCacheError`` and is
+rebuilt, never used. (A change of the training *code* that changes weights needs a new
+``PRETRAINED_FORMAT``.)
 
 ``resolve_pretrained`` (called by ``build_model`` before the embedder is built) turns the name
 into the checked weights file, or raises a ``ValueError`` that says what to run: the entry is
@@ -33,14 +39,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 
-from dmlkit.config import ExperimentConfig, dump_config, from_dict
+from dmlkit.config import ExperimentConfig, from_dict, to_dict
 from dmlkit.data.cache import cache_root
 from dmlkit.data.catalog import DATASETS
 from dmlkit.models.config import ModelConfig
 
 __all__ = [
-    "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "list_pretrained", "pretrained_key", "pretrained_path",
+    "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "config_drift", "list_pretrained", "pretrained_key", "pretrained_path",
     "pretrained_recipe", "read_pretrained", "resolve_pretrained", "state_checksum",
 ]
 
@@ -101,10 +108,33 @@ def pretrained_key(name: str) -> str:
 
     cfg = pretrained_recipe(name)
     record = {
-        "format": PRETRAINED_FORMAT, "name": name, "config": dump_config(cfg), "data": _dataset_fingerprint(cfg),
+        "format": PRETRAINED_FORMAT, "name": name, "recipe": RECIPES[name], "data": _dataset_fingerprint(cfg),
         "torch": torch.__version__, "pytorch_metric_learning": pytorch_metric_learning.__version__,
     }
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def _flatten(values: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(values, dict):
+        return {prefix: values}
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def config_drift(stored: str, current: ExperimentConfig) -> list[str]:
+    """The dotted keys where the resolved config ``stored`` (YAML text) and ``current`` differ; a key
+    that only one side has is a difference unless it holds ``null`` there."""
+    old, new = _flatten(yaml.safe_load(stored) or {}), _flatten(to_dict(current))
+    missing = object()
+    drift = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key, missing), new.get(key, missing)
+        if a == b or (a is missing and b is None) or (b is missing and a is None):
+            continue
+        drift.append(key)
+    return drift
 
 
 def pretrained_path(name: str, key: str | None = None) -> Path:
@@ -134,11 +164,14 @@ def read_pretrained(name: str, path: Path | None = None) -> dict[str, Any] | Non
         entry = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for a truncated or foreign file
         raise PretrainedCacheError(f"'{path}' cannot be read ({type(err).__name__}: {err})") from err
-    fields = ("format", "name", "key", "backbone", "in_channels", "state_dict", "checksum")
+    fields = ("format", "name", "key", "backbone", "in_channels", "state_dict", "checksum", "config")
     if not isinstance(entry, dict) or any(f not in entry for f in fields):
         raise PretrainedCacheError(f"'{path}' is not a dmlkit pretrained-backbone entry")
     if entry["format"] != PRETRAINED_FORMAT or entry["name"] != name or entry["key"] != key:
         raise PretrainedCacheError(f"'{path}' holds weights of another recipe, dataset or library version (stale)")
+    drift = config_drift(str(entry["config"]), pretrained_recipe(name))
+    if drift:
+        raise PretrainedCacheError(f"'{path}' was trained with another resolution of the recipe (stale): {', '.join(drift[:5])}")
     state = entry["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise PretrainedCacheError(f"'{path}' holds no state dict of tensors")
