@@ -181,6 +181,13 @@ def test_the_key_covers_the_data_and_the_libraries(monkeypatch):
 
     monkeypatch.setattr(glyphs, "GLYPHS_RULE", glyphs.GLYPHS_RULE + ";other")
     assert P.pretrained_key(TINY) != key
+    monkeypatch.setattr(glyphs, "GLYPHS_RULE", glyphs.GLYPHS_RULE.replace(";other", ""))
+    assert P.pretrained_key(TINY) == key
+    from functools import partial
+
+    wider = partial(glyphs.GlyphAugmentConfig, rotation_deg=15.0)  # the augmentation's defaults decide the weights too
+    monkeypatch.setattr(glyphs, "GlyphAugmentConfig", wider)
+    assert P.pretrained_key(TINY) != key
 
 
 # ------------------------------------------------------------------ bad configs

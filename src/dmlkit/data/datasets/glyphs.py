@@ -527,8 +527,12 @@ class GlyphsDataset(StoredGlyphImages):
 
     @classmethod
     def fingerprint(cls, root: str | Path | None = None, image_size: int = REFERENCE_SIZE) -> str:
-        """What decides the images of every split without reading them: version, selection rule, fonts, size."""
-        return f"glyphs v{GLYPHS_VERSION} {GLYPHS_RULE} fonts={fonts_fingerprint(font_paths())} size={int(image_size)}"
+        """What decides the items of every split without reading them: version, selection rule, fonts, size,
+        normalisation and the default augmentation (a pretrained backbone's cache key includes it)."""
+        return (
+            f"glyphs v{GLYPHS_VERSION} {GLYPHS_RULE} fonts={fonts_fingerprint(font_paths())} size={int(image_size)} "
+            f"mean={GLYPHS_MEAN} std={GLYPHS_STD} augment={GlyphAugmentConfig()!r}"
+        )
 
 
 __all__ = [
