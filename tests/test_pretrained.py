@@ -217,3 +217,14 @@ def test_cli_pretrain_reports_the_entry_and_rejects_configs_without_a_name(cache
     assert str(cache) in capsys.readouterr().out
     assert main(["pretrain", "configs/quickstart.yaml"]) == 2
     assert "names no pretrained backbone" in capsys.readouterr().err
+
+
+def test_dmlkit_train_builds_a_missing_backbone_on_first_use(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DMLKIT_CACHE", str(tmp_path / "cache"))
+    assert P.read_pretrained(TINY) is None
+    args = ["train", "configs/quickstart.yaml", "--run-dir", str(tmp_path / "run"), "--quiet"]
+    for o in (*TINY_OVERRIDES, f"data.root={GLYPH_ROOT}", f"model.pretrained={TINY}", "train.max_steps=2",
+              "train.val_every=2", "plots=false", "eval.clustering=false"):
+        args += ["--set", o]
+    assert main(args) == 0, capsys.readouterr().err
+    assert P.read_pretrained(TINY) is not None and (tmp_path / "run" / "summary.json").is_file()
