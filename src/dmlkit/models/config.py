@@ -1,8 +1,8 @@
 """Typed config of the embedding model and the one place that builds it from names.
 
 ``ModelConfig`` is the ``model:`` section of an experiment YAML; ``build_embedder``
-turns it into an ``Embedder`` (backbone by name, pooling by name with its
-parameters, linear head, normalisation).
+turns it into an ``Embedder`` (backbone by name, optional 1x1 local projection, pooling by
+name with its parameters, linear head or none, normalisation).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmlkit.models.backbones import TIMM_PREFIX, create_backbone, list_backbones
-from dmlkit.models.embedder import NORMALIZATIONS, Embedder, local_projection_conv
+from dmlkit.models.embedder import HEADS, NORMALIZATIONS, Embedder, local_projection_conv
 from dmlkit.pooling import create_pooling, list_poolings
 
 __all__ = ["ModelConfig", "build_embedder"]
@@ -32,6 +32,9 @@ class ModelConfig:
         freeze_bn: freeze every BatchNorm layer of the backbone (fixed statistics and affine parameters).
         local_dim: when set, a per-pixel 1x1 convolution maps the backbone's channels to ``local_dim``
             before pooling (the local embedding of the thesis' Sec. 5.2.4, used with GSP).
+        head: ``linear`` (a linear layer after the pooling) or ``none``: the pooled vector, normalised,
+            is the embedding (Sec. 5.2.4: backbone -> 1x1 conv to ``local_dim`` = ``embedding_dim`` ->
+            pooling -> l2). With ``gap`` the two are the same model up to the head's bias.
     """
 
     backbone: str = "resnet20"
@@ -42,6 +45,7 @@ class ModelConfig:
     pretrained: bool | str = False
     freeze_bn: bool = False
     local_dim: int | None = None
+    head: str = "linear"
 
 
 def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
@@ -59,10 +63,12 @@ def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
             f"unknown model.backbone '{cfg.backbone}'; valid values are: {', '.join(list_backbones())}, "
             f"or '{TIMM_PREFIX}<model_name>' for a timm model"
         )
+    if cfg.head not in HEADS:
+        raise ValueError(f"unknown model.head '{cfg.head}'; valid values are: {', '.join(HEADS)}")
     if not isinstance(cfg.embedding_dim, int) or cfg.embedding_dim < 1:
         raise ValueError(f"model.embedding_dim must be a positive integer, got {cfg.embedding_dim!r}")
     backbone = create_backbone(cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained, freeze_bn=cfg.freeze_bn)
     projection = None if cfg.local_dim is None else local_projection_conv(backbone.out_channels, cfg.local_dim)
     channels = backbone.out_channels if projection is None else cfg.local_dim
     pooling = create_pooling(cfg.pooling, channels, **dict(cfg.pooling_params))
-    return Embedder(backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize, local_projection=projection)
+    return Embedder(backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize, local_projection=projection, head=cfg.head)

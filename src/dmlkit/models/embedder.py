@@ -1,5 +1,16 @@
 """The embedding model: backbone -> local feature map -> pooling -> linear head -> normalisation.
 
+Two architectures are built from it:
+
+* the usual one: backbone map -> pooling -> ``nn.Linear`` head -> normalisation;
+* the thesis' Sec. 5.2.4 one (``head="none"`` with a ``local_projection``): backbone map ->
+  per-pixel 1x1 convolution to the local embedding size -> pooling (GSP) -> normalisation;
+  the pooled vector *is* the embedding, no linear layer follows the pooling. With GAP the two
+  are the same function up to the head's bias (GAP commutes with a 1x1 convolution:
+  ``mean_j(W f_j + b) = W mean_j(f_j) + b``), and PyTorch initialises a 1x1 ``Conv2d(C, d)``
+  and a ``Linear(C, d)`` from the same distribution with the same number of draws, so a
+  GAP model of either kind built from the same random state has equal weights.
+
 ``Embedder`` keeps the four stages of the DML pipeline apart so that each can be
 swapped by name (see ``dmlkit.models.config.build_embedder``) and each
 intermediate result can be read: ``local_features`` (B, C, h, w),
@@ -26,9 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["NORMALIZATIONS", "Embedder", "EmbedderOutput", "lipschitz_normalize", "normalize_embeddings"]
+__all__ = ["HEADS", "NORMALIZATIONS", "Embedder", "EmbedderOutput", "lipschitz_normalize", "normalize_embeddings"]
 
 NORMALIZATIONS = ("l2", "lipschitz", "none")
+HEADS = ("linear", "none")
 
 
 def lipschitz_normalize(v: torch.Tensor) -> torch.Tensor:
@@ -68,20 +80,24 @@ class Embedder(nn.Module):
         local_projection: optional module applied to the backbone map before pooling, e.g. the
             per-pixel 1x1 convolution of the thesis' Sec. 5.2.4 (``local_projection_conv``); it must
             expose ``out_channels``, the channel count the pooling then sees.
+        head: ``"linear"`` (an ``nn.Linear(C', d)`` after the pooling) or ``"none"`` (the pooled
+            vector is the embedding, Sec. 5.2.4; needs ``C' == embedding_dim``).
 
     Attributes:
-        head: the ``nn.Linear(C', d)`` (separate so an optimiser can give it its own learning rate).
+        head: the ``nn.Linear(C', d)``, or ``nn.Identity()`` for ``head="none"``.
     """
 
     def __init__(
         self, backbone: nn.Module, pooling: nn.Module, embedding_dim: int, normalize: str = "l2",
-        local_projection: nn.Module | None = None,
+        local_projection: nn.Module | None = None, head: str = "linear",
     ) -> None:
         super().__init__()
         if normalize not in NORMALIZATIONS:
             raise ValueError(f"unknown normalize '{normalize}'; valid values are: {', '.join(NORMALIZATIONS)}")
         if not isinstance(embedding_dim, int) or embedding_dim < 1:
             raise ValueError(f"embedding_dim must be a positive integer, got {embedding_dim!r}")
+        if head not in HEADS:
+            raise ValueError(f"unknown head '{head}'; valid values are: {', '.join(HEADS)}")
         local_dim = getattr(backbone if local_projection is None else local_projection, "out_channels", None)
         if not isinstance(local_dim, int):
             raise ValueError("the backbone (or local projection) must expose its channel count as an integer attribute 'out_channels'")
@@ -95,7 +111,22 @@ class Embedder(nn.Module):
         self.pooled_dim = int(pooling.output_dim(local_dim))
         self.embedding_dim = embedding_dim
         self.normalize = normalize
-        self.head = nn.Linear(self.pooled_dim, embedding_dim)
+        if head == "none" and self.pooled_dim != embedding_dim:
+            raise ValueError(
+                f"head 'none' makes the pooled vector the embedding, but the pooling gives {self.pooled_dim} "
+                f"values and embedding_dim is {embedding_dim}; set model.local_dim: {embedding_dim} (the 1x1 "
+                "convolution of Sec. 5.2.4) or model.embedding_dim to the pooled size"
+            )
+        self.head_kind = head
+        self.head = nn.Linear(self.pooled_dim, embedding_dim) if head == "linear" else nn.Identity()
+
+    def new_layers(self) -> list[nn.Module]:
+        """The layers added on top of the backbone: local projection, pooling and head.
+
+        An optimiser gives them the new-layer learning rate (``train.head_lr``) when the
+        backbone is fine-tuned at a lower one (``dmlkit.engine.optim.parameter_groups``).
+        """
+        return [m for m in (getattr(self, "local_projection", None), self.pooling, self.head) if m is not None]
 
     def local_features(self, x: torch.Tensor) -> torch.Tensor:
         """Backbone feature map ``(B, C, h, w)`` (after the local projection, when there is one)."""
@@ -130,7 +161,8 @@ class Embedder(nn.Module):
         return self.embed_pooled(self.pooled_features(x))
 
     def extra_repr(self) -> str:
-        return f"local_dim={self.local_dim}, pooled_dim={self.pooled_dim}, normalize={self.normalize!r}"
+        return (f"local_dim={self.local_dim}, pooled_dim={self.pooled_dim}, head={self.head_kind!r}, "
+                f"normalize={self.normalize!r}")
 
 
 def local_projection_conv(in_channels: int, out_channels: int) -> nn.Conv2d:
