@@ -106,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
     prepare = data_sub.add_parser("prepare", help="download / render and cache a dataset")
     prepare.add_argument("name")
     prepare.add_argument("--root", default=None)
+    draws = data_sub.add_parser(
+        "draws", help="how often the config's batch sampler draws each category's images, against its share of them"
+    )
+    draws.add_argument("config", help="experiment YAML; its training split and train.sampler are used")
+    draws.add_argument("--batches", type=int, default=1000, help="batches to draw (default: 1000)")
+    draws.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
 
     report = sub.add_parser("report", help="write a self-contained HTML page comparing run folders")
     report.add_argument("runs", nargs="+", metavar="RUN_DIR", help="finished run folders (seeds of one config are grouped)")
@@ -343,8 +349,24 @@ def _cmd_data(args: argparse.Namespace) -> int:
         for name in list_datasets():
             print(name)
         return 0
+    if args.data_command == "draws":
+        return _data_draws(args)
     path = prepare_dataset(args.name, root=args.root)
     print(f"{args.name}: ready at {path}")
+    return 0
+
+
+def _data_draws(args: argparse.Namespace) -> int:
+    from dmlkit.assemble.build import build_sampler, build_splits
+    from dmlkit.config import load_config
+    from dmlkit.data.samplers.draws import category_draws, format_category_draws
+
+    cfg = load_config(args.config, args.overrides)
+    train = build_splits(cfg).train
+    rows = category_draws(build_sampler(cfg, train), train.labels, train.class_categories, args.batches,
+                          train.category_names)
+    print(f"{cfg.name}: sampler {cfg.train.sampler}, {args.batches} batches of {cfg.train.batch_size}")
+    print(format_category_draws(rows))
     return 0
 
 

@@ -130,6 +130,13 @@ def _encoder(methods: Sequence[Method]) -> tuple[Any, tuple[str, ...]]:
     return encoders[0].encode, encoders[0].forward_methods
 
 
+def build_sampler(cfg: ExperimentConfig, train_set: Any) -> Any:
+    """The batch sampler ``cfg.train`` names over ``train_set``, seeded by ``cfg.seed``."""
+    t = cfg.train
+    params = {"m": t.m_per_class, **t.sampler_params} if t.sampler == "m_per_class" else t.sampler_params
+    return create_batch_sampler(t.sampler, train_set, t.batch_size, seed=cfg.seed, **params)
+
+
 def build_run(cfg: ExperimentConfig) -> RunParts:
     """Everything the trainer needs for ``cfg``, built before any run folder is touched (config errors come first)."""
     splits = build_splits(cfg)
@@ -142,8 +149,7 @@ def build_run(cfg: ExperimentConfig) -> RunParts:
     built = build_model(cfg, splits.train)
     t = cfg.train
     claimed = [group for m in built.methods for group in m.param_groups(t)]
-    params = {"m": t.m_per_class, **t.sampler_params} if t.sampler == "m_per_class" else t.sampler_params
-    sampler = create_batch_sampler(t.sampler, splits.train, t.batch_size, seed=cfg.seed, **params)
+    sampler = build_sampler(cfg, splits.train)
     encode, forward_methods = _encoder(built.methods)
     objective, methods, source = built.objective, built.methods, cfg.eval.embedding
     evaluation_model(built.model, objective, source, methods)  # an impossible eval.embedding fails here, not after training
