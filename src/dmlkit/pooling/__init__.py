@@ -19,6 +19,8 @@ from dmlkit.pooling.gsp import (
     gsp_transport,
     gsp_transport_unrolled,
 )
+from dmlkit.pooling.gsp_diagnostics import gsp_pooling_weights, weight_entropy, weight_summary
+from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS, PrototypeMemory, kcenter_prototypes
 from dmlkit.pooling.netvlad import MAX_CLUSTERS, NetVLAD, netvlad
 from dmlkit.pooling.registry import create_pooling, list_poolings, register_pooling
 from dmlkit.pooling.simple import GAP, GAPGMP, GMP, GeM, gap, gap_gmp, gem, gmp
@@ -44,6 +46,13 @@ __all__ = [
     "gsp_transport",
     "gsp_transport_unrolled",
     "generalized_sum_pool_unrolled",
+    # GSP's prototype start and diagnostics
+    "PROTOTYPE_INITS",
+    "PrototypeMemory",
+    "kcenter_prototypes",
+    "gsp_pooling_weights",
+    "weight_entropy",
+    "weight_summary",
     # size limits
     "MAX_CLUSTERS",
     "MAX_PROTOTYPES",

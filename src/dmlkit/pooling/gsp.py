@@ -82,6 +82,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from dmlkit.pooling.gsp_diagnostics import gsp_pooling_weights, weight_entropy
+from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS, PrototypeMemory, kcenter_prototypes
 from dmlkit.pooling.registry import register_pooling
 
 __all__ = [
@@ -323,12 +325,24 @@ class GSP(nn.Module):
         mu: transported mass fraction in (0, 1] (0.3 in Sec. 5.2.4; 1 = GAP).
         eps: inverse entropy smoothing (5.0 for pair losses, 0.5 for proxy losses, Sec. 5.2.4).
         iters: iterations of Proposition 5.2.1 (100).
-        generator: optional ``torch.Generator`` for the prototype initialisation
+        generator: optional ``torch.Generator`` for the random prototype initialisation
             (``N(0, 1/dim)`` entries, so prototypes start near the unit sphere);
             without it torch's default generator is used, like any layer's init.
+        init: ``"random"`` (the ``N(0, 1/dim)`` start above) or ``"kcenter"`` (the author's code,
+            ``dmlkit.pooling.gsp_prototypes``): the layer pools with GAP while it trains, keeps the
+            pooled vectors (normalised as the costs normalise, ``u / max(1, ||u||)``) of the
+            training batches in a memory of ``memory_size`` rows, and when the memory is full sets
+            the prototypes to its greedy k-centres and pools with GSP from then on. With batches
+            of ``B`` images the GAP warm-up lasts ``warmup_steps + ceil(memory_size / B)`` steps.
+        memory_size: rows of that memory (1024 in the author's code); at least ``num_prototypes``.
+        warmup_steps: training batches pooled with GAP before the memory starts filling (0).
 
     ``forward`` returns the pooled features; ``forward_with_plan`` also returns
-    the transport plan ``(B, m, n)`` (for the zero-shot prediction loss, Eq. 5.2.3).
+    the transport plan ``(B, m, n)`` (for the zero-shot prediction loss, Eq. 5.2.3; all zeros
+    while a k-centre layer still pools with GAP). Each forward records the entropy of the pooling
+    weights of its batch in ``last_entropy`` (``dmlkit.pooling.gsp_diagnostics``). The prototypes
+    are exempt from weight decay (``no_weight_decay``): an idle prototype decayed towards 0 has
+    cost about 1 to every unit feature and stops selecting.
     """
 
     def __init__(
@@ -339,9 +353,14 @@ class GSP(nn.Module):
         eps: float = 5.0,
         iters: int = 100,
         generator: torch.Generator | None = None,
+        init: str = "random",
+        memory_size: int = 1024,
+        warmup_steps: int = 0,
     ) -> None:
         super().__init__()
         _check_params(mu, eps, iters)
+        if init not in PROTOTYPE_INITS:
+            raise ValueError(f"GSP init must be one of {', '.join(PROTOTYPE_INITS)}, got {init!r}")
         if isinstance(num_prototypes, bool) or not isinstance(num_prototypes, int) or num_prototypes < 1:
             raise ValueError(f"GSP num_prototypes must be a positive integer, got {num_prototypes!r}")
         if num_prototypes > MAX_PROTOTYPES:
@@ -354,18 +373,60 @@ class GSP(nn.Module):
         self.mu = float(mu)
         self.eps = float(eps)
         self.iters = iters
-        init = torch.randn(num_prototypes, dim, generator=generator) / math.sqrt(dim)
-        self.prototypes = nn.Parameter(init)
+        self.init = init
+        start = torch.randn(num_prototypes, dim, generator=generator) / math.sqrt(dim)
+        self.prototypes = nn.Parameter(start)
+        if init == "kcenter":
+            if isinstance(memory_size, int) and not isinstance(memory_size, bool) and memory_size < num_prototypes:
+                raise ValueError(
+                    f"GSP memory_size={memory_size} is smaller than num_prototypes={num_prototypes}: k-centre picks the "
+                    "prototypes among the memory's rows; raise memory_size"
+                )
+            self.memory = PrototypeMemory(memory_size, dim, warmup_steps)
+            self.register_buffer("ready", torch.zeros((), dtype=torch.bool))
+        self.last_entropy: torch.Tensor | None = None
 
     def output_dim(self, input_dim: int) -> int:
         return input_dim
 
+    def no_weight_decay(self) -> list[str]:
+        return ["prototypes"]
+
+    @property
+    def pools_with_gap(self) -> bool:
+        """True while a ``kcenter`` layer is still in its GAP warm-up."""
+        return self.init == "kcenter" and not bool(self.ready)
+
     def forward_with_plan(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(B, dim, h, w) -> (pooled (B, dim), plan (B, num_prototypes, h*w))``."""
-        return generalized_sum_pool(_map_to_features(x, self.dim), self.prototypes, self.mu, self.eps, self.iters)
+        features = _map_to_features(x, self.dim)
+        if self.pools_with_gap:
+            return self._warmup(features)
+        rho, plan = gsp_transport(gsp_costs(features, self.prototypes), self.mu, self.eps, self.iters)
+        self.last_entropy = weight_entropy(gsp_pooling_weights(rho.detach(), self.mu))
+        return _pool(features, rho, self.mu), plan
+
+    def _warmup(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """GAP (and an all-zero plan) while the memory fills; the k-centre start once it is full."""
+        b, n, _ = features.shape
+        pooled = features.mean(dim=1)
+        self.last_entropy = torch.full((b,), math.log(n), dtype=features.dtype, device=features.device)
+        if self.training:
+            self.memory.add(_unit_ball(pooled.detach()))
+            if self.memory.full:
+                self._start_from_memory()
+        return pooled, features.new_zeros(b, self.num_prototypes, n)
+
+    @torch.no_grad()
+    def _start_from_memory(self) -> None:
+        self.prototypes.copy_(kcenter_prototypes(self.memory.rows, self.num_prototypes))
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.broadcast(self.prototypes.data, src=0)  # every process starts from rank 0's memory
+        self.ready.fill_(True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_with_plan(x)[0]
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, num_prototypes={self.num_prototypes}, mu={self.mu}, eps={self.eps}, iters={self.iters}"
+        return (f"dim={self.dim}, num_prototypes={self.num_prototypes}, mu={self.mu}, eps={self.eps}, iters={self.iters}, "
+                f"init={self.init!r}")
