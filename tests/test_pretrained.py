@@ -11,6 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
+import re
+
 import pytest
 import torch
 
@@ -159,15 +161,28 @@ def test_a_changed_recipe_is_a_new_key_and_the_stale_entry_goes(cache, monkeypat
     assert sorted(p.name for p in new.parent.iterdir()) == [new.name], "the stale entry is removed"
 
 
-def test_a_config_field_added_since_counts_only_when_it_holds_a_value(cache):
+def test_a_config_field_added_since_takes_its_default_and_a_changed_value_is_stale(cache):
     entry = torch.load(cache, weights_only=True)
-    assert "  val_split: null\n" in entry["config"] and "  local_dim: null\n" in entry["config"]
-    entry["config"] = entry["config"].replace("  val_split: null\n", "").replace("  local_dim: null\n", "")
-    torch.save(entry, cache)  # an entry written before data.val_split and model.local_dim existed
+    text = entry["config"]
+    assert "  freeze_bn: false\n" in text and "  val_split: null\n" in text
+    entry["config"] = text.replace("  val_split: null\n", "").replace("  freeze_bn: false\n", "")
+    torch.save(entry, cache)  # an entry written before data.val_split and model.freeze_bn existed
     assert P.read_pretrained(TINY) is not None
-    entry["config"] = entry["config"].replace("  freeze_bn: false\n", "")
-    torch.save(entry, cache)  # ... or before model.freeze_bn (default false, not null): stale
+    entry["config"] = text.replace("  freeze_bn: false\n", "  freeze_bn: true\n")
+    torch.save(entry, cache)  # trained with another value of a field: stale
     with pytest.raises(P.PretrainedCacheError, match="stale.*model.freeze_bn"):
+        P.read_pretrained(TINY)
+    entry["config"] = text.replace("  freeze_bn: false\n", "  freeze_bn: false\n  retired_option: 3\n")
+    torch.save(entry, cache)  # a field today's config no longer knows: stale
+    with pytest.raises(P.PretrainedCacheError, match="stale.*retired_option"):
+        P.read_pretrained(TINY)
+    assert "augment:\n  name: null\n" in text and "  alpha: " in text
+    entry["config"] = re.sub(r"(augment:\n(?:  .*\n)*?)  alpha: .*\n", r"\1  alpha: 0.123\n", text)
+    torch.save(entry, cache)  # an option of a method the recipe leaves off (SFT's centre step): not stale
+    assert P.read_pretrained(TINY) is not None
+    entry["config"] = entry["config"].replace("augment:\n  name: null\n", "augment:\n  name: sft\n")
+    torch.save(entry, cache)  # ... but a recipe trained with that method on is
+    with pytest.raises(P.PretrainedCacheError, match="stale.*augment"):
         P.read_pretrained(TINY)
 
 

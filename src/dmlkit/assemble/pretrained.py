@@ -16,11 +16,13 @@ changed recipe, dataset or library gives another file name, so such a stale entr
 picked up. The entry stores its key, its backbone and input channels, a SHA-256 of its tensors
 and the recipe's full resolved config (every default included); ``read_pretrained`` compares that
 config with today's resolution of the recipe, so a changed *default* (say ``train.betas``) makes
-the entry stale too. A config field added since the entry was written counts only when it holds
-a value: dmlkit adds optional fields with ``null`` / empty defaults, which change nothing, and
-keying on the full resolved text would throw away every backbone whenever any config gains a
-field. A renamed, truncated, altered or stale file raises ``PretrainedCacheError`` and is
-rebuilt, never used. (A change of the training *code* that changes weights needs a new
+the entry stale too. A config field added since the entry was written takes its default, as it
+does when an old run folder is reused (``protocols.runs``): dmlkit adds options with defaults that
+keep what existing configs do, and keying on the full resolved text would throw away every backbone
+whenever any method gains an option (which happened three times in one afternoon). A field the
+entry holds and today's config no longer knows makes it stale. A renamed, truncated, altered or
+stale file raises ``PretrainedCacheError`` and is rebuilt, never used. (A change of the training
+*code* that changes weights, or a new field whose default changes what a recipe does, needs a new
 ``PRETRAINED_FORMAT``.)
 
 ``resolve_pretrained`` (called by ``build_model`` before the embedder is built) turns the name
@@ -123,18 +125,32 @@ def _flatten(values: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: Config sections of training methods and when a config leaves the method off (``methods.*.from_config``).
+_METHOD_SWITCHES = {
+    "augment": lambda section: section.get("name") is None,
+    "ccp": lambda section: not section.get("enabled"),
+}
+
+
 def config_drift(stored: str, current: ExperimentConfig) -> list[str]:
-    """The dotted keys where the resolved config ``stored`` (YAML text) and ``current`` differ; a key
-    that only one side has is a difference unless it holds ``null`` there."""
-    old, new = _flatten(yaml.safe_load(stored) or {}), _flatten(to_dict(current))
+    """The dotted keys where the resolved config ``stored`` (YAML text) and ``current`` differ.
+
+    ``stored`` is loaded as today's config classes load it, so a field added since takes its default;
+    a key that today's classes do not know is reported as ``<stored config: ...>``. The options of a
+    method that both configs leave off (SFT's ``augment``, ``ccp``) are not compared: a recipe without
+    SFT does not go stale when SFT's default centre step changes.
+    """
+    try:
+        old_cfg = from_dict(ExperimentConfig, yaml.safe_load(stored) or {})
+    except (ValueError, TypeError, KeyError) as err:
+        return [f"<stored config: {err}>"]
+    old_values, new_values = to_dict(old_cfg), to_dict(current)
+    for section, is_off in _METHOD_SWITCHES.items():  # a method off on both sides: its options train nothing
+        if is_off(old_values[section]) and is_off(new_values[section]):
+            old_values.pop(section), new_values.pop(section)
+    old, new = _flatten(old_values), _flatten(new_values)
     missing = object()
-    drift = []
-    for key in sorted(old.keys() | new.keys()):
-        a, b = old.get(key, missing), new.get(key, missing)
-        if a == b or (a is missing and b is None) or (b is missing and a is None):
-            continue
-        drift.append(key)
-    return drift
+    return sorted(k for k in old.keys() | new.keys() if old.get(k, missing) != new.get(k, missing))
 
 
 def pretrained_path(name: str, key: str | None = None) -> Path:
