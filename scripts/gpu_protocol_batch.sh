@@ -6,14 +6,19 @@
 # and carry `.whl` and `.cache/dmlkit/glyphs` (the rendered glyphs) with the command:
 #   TRAIN_SECONDS=400 JOBS=12 OUT_DIR=$OUT bash scripts/gpu_protocol_batch.sh CONFIG...
 # Runs train in JOBS parallel processes until TRAIN_SECONDS, then the finished runs are tabulated
-# (n seeds per row) into $OUT_DIR/results.md and results.json.
+# (n seeds per row) into $OUT_DIR/results.md and results.json. BASELINE="name ..." adds the table of paired
+# differences (`--baseline`). A config naming a pretrained backbone builds it first, inside the time budget
+# (carry `.cache/dmlkit/pretrained` to reuse one; the cache key includes the torch version, so a machine
+# with another torch builds its own and its tables pair runs on that backbone).
 set -u
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/src:/tmp/site DMLKIT_CACHE=$PWD/.cache/dmlkit OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1
 SEEDS=${SEEDS:-"0 1 2"}
+BASE=()
+[ -n "${BASELINE:-}" ] && BASE=(--baseline $BASELINE)
 timeout -k 5 "${TRAIN_SECONDS:-400}" setsid python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --jobs "${JOBS:-12}" \
-  --out /tmp/runs --columns all > "${OUT_DIR:-.}/train.log" 2>&1
+  --out /tmp/runs --columns all "${BASE[@]}" > "${OUT_DIR:-.}/train.log" 2>&1
 pkill -f "multiprocessing.spawn"; sleep 1
-python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --out /tmp/runs --columns all --reuse-only
+python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --out /tmp/runs --columns all --reuse-only "${BASE[@]}"
 cp /tmp/runs/results.md /tmp/runs/results.json "${OUT_DIR:-.}/"
