@@ -59,8 +59,8 @@ def test_halves_are_class_disjoint_and_cover_the_batch(seed):
     assert [t.tolist() for t in class_disjoint_halves(labels)] == [t.tolist() for t in class_disjoint_halves(labels)]
 
 
-def _brute_force_loss(z, labels, ups, eps, b1, b2):
-    """Eq. 5.2.4 with explicit loops: log(1 + sum_{j != y} exp((v_j - v_y)^T A z))."""
+def _brute_force_loss(z, labels, ups, eps, b1, b2, scale=1.0):
+    """Eq. 5.2.4 with explicit loops: log(1 + sum_{j != y} exp(scale (v_j - v_y)^T A z))."""
     total = 0.0
     for fit, ev in ((b1, b2), (b2, b1)):
         zf, vf = z[fit], ups[labels[fit]]
@@ -69,20 +69,40 @@ def _brute_force_loss(z, labels, ups, eps, b1, b2):
         for i in ev.tolist():
             pred = a @ z[i]
             y = int(labels[i])
-            s = sum(torch.exp((ups[j] - ups[y]) @ pred) for j in range(ups.shape[0]) if j != y)
+            s = sum(torch.exp(scale * (ups[j] - ups[y]) @ pred) for j in range(ups.shape[0]) if j != y)
             terms.append(torch.log(1 + s))
         total = total + torch.stack(terms).mean()
     return total
 
 
-def test_loss_matches_brute_force():
+@pytest.mark.parametrize("scale", [1.0, 9.5])
+def test_loss_matches_brute_force(scale):
     g = torch.Generator().manual_seed(3)
     labels = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3, 4, 4])
     z = torch.rand(10, 6, generator=g, dtype=torch.float64)
     ups = torch.randn(5, 4, generator=g, dtype=torch.float64)
     b1, b2 = class_disjoint_halves(labels, torch.Generator().manual_seed(1))
-    got = zero_shot_prediction_loss(z, labels, ups, 0.05, (b1, b2))
-    torch.testing.assert_close(got, _brute_force_loss(z, labels, ups, 0.05, b1, b2))
+    got = zero_shot_prediction_loss(z, labels, ups, 0.05, (b1, b2), scale=scale)
+    torch.testing.assert_close(got, _brute_force_loss(z, labels, ups, 0.05, b1, b2, scale))
+
+
+def test_the_default_scale_is_the_author_codes_and_sharpens_the_softmax():
+    """zsr_loss.py: softmax_scale = 9.5. With unit-scale class embeddings over many classes an unscaled loss
+    stays near its uniform value 2 log c; the scaled one moves away from it."""
+    loss = ZeroShotPredictionLoss(num_classes=200, num_prototypes=8, mu=0.3, embedding_dim=32,
+                                  generator=torch.Generator().manual_seed(0))
+    assert loss.scale == 9.5 and loss.class_embeddings.shape == (200, 32)
+    labels = torch.arange(10).repeat_interleave(3)
+    plan = _plan(30, 8, 6, mu=0.3, seed=4, dtype=torch.float32)
+    halves = class_disjoint_halves(labels, torch.Generator().manual_seed(0))
+    z = pseudo_attributes(plan, 0.3)
+    uniform = 2 * math.log(200)
+    unscaled = float(zero_shot_prediction_loss(z, labels, loss.class_embeddings.detach(), 0.05, halves, scale=1.0))
+    scaled = float(zero_shot_prediction_loss(z, labels, loss.class_embeddings.detach(), 0.05, halves, scale=9.5))
+    assert abs(unscaled - uniform) < 0.02 * uniform  # 10.68 vs 10.60
+    assert abs(scaled - uniform) > 5 * abs(unscaled - uniform)  # 11.80
+    assert float(loss(plan, labels, torch.Generator().manual_seed(0))) == pytest.approx(scaled)
+    assert loss.no_weight_decay() == ["class_embeddings"]
 
 
 def test_gradcheck_float64():

@@ -26,10 +26,22 @@ the cross-entropy of the logits ``Upsilon A z_i`` with target ``y_i``. Each
 direction is averaged over its half (the ``1/|b_2|`` and ``1/|b_1|`` factors)
 and the two directions are added, as written.
 
-The dimension of the class embeddings is not given in the thesis; it defaults
-to ``m`` (the number of prototypes), and the ridge weight to ``eps = 0.05``
-(Sec. 5.2.4). ``(1 - lam) L_DML + lam L_ZS`` (Eq. 5.2.5) is assembled by the
-objective, not here.
+Scale. Eq. 5.2.4 has none: the logits are ``s_j = v_j^T A z_i``. The author's code
+(``tensorflow/framework/losses/zsr_loss.py``, ``softmax_scale = 9.5``, margin 0) multiplies
+them by 9.5 before the softmax over the class embeddings. Without a scale, class
+embeddings of about unit norm give logits of order 1 over hundreds of classes, a
+near-uniform softmax (the loss sits at about ``2 log c``) until ``Upsilon`` grows. The
+loss takes ``scale`` (default 9.5, the code's; ``scale=1`` is the text as written):
+``s_j = scale * v_j^T A z_i``.
+
+Class embeddings. Their dimension is not given in the thesis; the author's code gives
+them the embedding's size (``cfg.model.embedding_head.embedding_size``, 128) and a
+He-normal start. ``ZeroShotPredictionLoss`` takes ``embedding_dim`` (the training method
+passes the model's embedding size unless ``loss.zero_shot_params.embedding_dim`` says
+otherwise; the class alone defaults to ``m``) and starts them at ``N(0, 1/k)`` entries,
+about unit norm. The ridge weight defaults to ``eps = 0.05`` (Sec. 5.2.4; the code's
+``regression_regularizer_weight``). ``(1 - lam) L_DML + lam L_ZS`` (Eq. 5.2.5) is
+assembled by the objective, not here.
 """
 
 from __future__ import annotations
@@ -105,25 +117,28 @@ def class_disjoint_halves(
 
 def _direction(
     z_fit: torch.Tensor, y_fit: torch.Tensor, z_eval: torch.Tensor, y_eval: torch.Tensor,
-    class_embeddings: torch.Tensor, ridge: float,
+    class_embeddings: torch.Tensor, ridge: float, scale: float,
 ) -> torch.Tensor:
     a_t = ridge_predictor(z_fit, class_embeddings[y_fit], ridge)  # (m, k) = A^T
-    logits = (z_eval @ a_t) @ class_embeddings.T  # s_ij = v_j^T A z_i
+    logits = scale * ((z_eval @ a_t) @ class_embeddings.T)  # s_ij = scale * v_j^T A z_i
     return F.cross_entropy(logits, y_eval)  # log(1 + sum_{j != y} exp(s_j - s_y)), mean over the half
 
 
 def zero_shot_prediction_loss(
     z: torch.Tensor, labels: torch.Tensor, class_embeddings: torch.Tensor, ridge: float = 0.05,
-    halves: tuple[torch.Tensor, torch.Tensor] | None = None,
+    halves: tuple[torch.Tensor, torch.Tensor] | None = None, scale: float = 9.5,
 ) -> torch.Tensor:
     """``L_ZS`` of Eq. 5.2.4 from pseudo-attributes ``z (B, m)``, labels ``(B,)`` and ``Upsilon (c, k)``.
 
     ``halves`` are the class-disjoint index sets ``(b1, b2)`` (default:
-    ``class_disjoint_halves(labels)``). Returns
-    ``mean_{i in b2} CE(Upsilon A_1 z_i, y_i) + mean_{i in b1} CE(Upsilon A_2 z_i, y_i)``.
+    ``class_disjoint_halves(labels)``); ``scale`` multiplies the logits (9.5: the author's
+    code; 1: Eq. 5.2.4 as written). Returns
+    ``mean_{i in b2} CE(scale Upsilon A_1 z_i, y_i) + mean_{i in b1} CE(scale Upsilon A_2 z_i, y_i)``.
     """
     if z.ndim != 2 or labels.shape != (z.shape[0],):
         raise ValueError(f"z must be (B, m) and labels (B,), got {tuple(z.shape)} and {tuple(labels.shape)}")
+    if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"the zero-shot softmax scale must be a positive number (9.5 in the author's code), got {scale!r}")
     if class_embeddings.ndim != 2:
         raise ValueError(f"class_embeddings must be (num_classes, k), got shape {tuple(class_embeddings.shape)}")
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= class_embeddings.shape[0]):
@@ -134,7 +149,9 @@ def zero_shot_prediction_loss(
     if bool(torch.isin(labels[b1], labels[b2]).any()):
         raise ValueError("the two halves must have disjoint classes")
     z1, y1, z2, y2 = z[b1], labels[b1], z[b2], labels[b2]
-    return _direction(z1, y1, z2, y2, class_embeddings, ridge) + _direction(z2, y2, z1, y1, class_embeddings, ridge)
+    scale = float(scale)
+    return (_direction(z1, y1, z2, y2, class_embeddings, ridge, scale)
+            + _direction(z2, y2, z1, y1, class_embeddings, ridge, scale))
 
 
 class ZeroShotPredictionLoss(nn.Module):
@@ -144,9 +161,13 @@ class ZeroShotPredictionLoss(nn.Module):
         num_classes: ``c``, the number of training classes (one embedding each).
         num_prototypes: ``m``, the number of GSP prototypes (length of ``z``).
         mu: transported mass of the GSP layer (``z = rowsum(plan) / mu``, Eq. 5.2.3).
-        embedding_dim: length ``k`` of a class embedding (default ``m``; not given in the thesis).
+        embedding_dim: length ``k`` of a class embedding (default ``m``; not given in the thesis; the
+            author's code uses the embedding's size, which the training method passes).
         ridge: ``eps`` of problem P3 (0.05 in Sec. 5.2.4).
+        scale: multiplies the logits (9.5 in the author's code; 1 is Eq. 5.2.4 as written).
         generator: draws the initial class embeddings (N(0, 1/k) entries).
+
+    The class embeddings are exempt from weight decay (``no_weight_decay``).
 
     ``forward(plan (B, m, n), labels (B,), generator=None)``: the halves are
     drawn from ``generator`` (sorted class order without one).
@@ -154,7 +175,7 @@ class ZeroShotPredictionLoss(nn.Module):
 
     def __init__(
         self, num_classes: int, num_prototypes: int, mu: float = 0.3, embedding_dim: int | None = None,
-        ridge: float = 0.05, generator: torch.Generator | None = None,
+        ridge: float = 0.05, scale: float = 9.5, generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("num_classes", num_classes), ("num_prototypes", num_prototypes)):
@@ -167,6 +188,9 @@ class ZeroShotPredictionLoss(nn.Module):
             raise ValueError(f"mu must lie in (0, 1], got {mu}")
         if not ridge > 0:
             raise ValueError(f"ridge must be positive, got {ridge}")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be a positive number (9.5 in the author's code, 1 for Eq. 5.2.4 as written), got {scale!r}")
+        self.scale = float(scale)
         self.num_prototypes = num_prototypes
         self.mu = float(mu)
         self.ridge = float(ridge)
@@ -180,8 +204,11 @@ class ZeroShotPredictionLoss(nn.Module):
         if z.shape[1] != self.num_prototypes:
             raise ValueError(f"the plan has {z.shape[1]} prototypes but the loss was built for {self.num_prototypes}")
         halves = class_disjoint_halves(labels, generator)
-        return zero_shot_prediction_loss(z, labels, self.class_embeddings, self.ridge, halves)
+        return zero_shot_prediction_loss(z, labels, self.class_embeddings, self.ridge, halves, self.scale)
+
+    def no_weight_decay(self) -> list[str]:
+        return ["class_embeddings"]
 
     def extra_repr(self) -> str:
         c, k = self.class_embeddings.shape
-        return f"num_classes={c}, num_prototypes={self.num_prototypes}, embedding_dim={k}, mu={self.mu}, ridge={self.ridge}"
+        return f"num_classes={c}, num_prototypes={self.num_prototypes}, embedding_dim={k}, mu={self.mu}, ridge={self.ridge}, scale={self.scale}"

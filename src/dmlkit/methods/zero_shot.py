@@ -2,7 +2,10 @@
 
 ``loss.zero_shot_weight = lam > 0`` turns it on (with ``model.pooling: gsp``). The objective
 becomes ``(1 - lam) L_DML + lam L_ZS``: every metric-loss term is scaled by ``1 - lam`` and
-``ZeroShotTerm`` adds ``lam * L_ZS`` (Eq. 5.2.4 of ``ZeroShotPredictionLoss``). Its ``encode``
+``ZeroShotTerm`` adds ``lam * L_ZS`` (Eq. 5.2.4 of ``ZeroShotPredictionLoss``). ``loss.zero_shot_params``:
+``ridge`` (eps of P3, 0.05), ``scale`` (of the logits, 9.5 as the author's code; 1 = the text as
+written) and ``embedding_dim`` (of the class embeddings; default the model's embedding size, as
+the author's code). Its ``encode``
 embeds a training batch with ``Embedder.encode``, so the batch carries the GSP transport plan
 under ``"transport_plan"`` (gathered across processes with the embeddings). The class-disjoint
 halves are drawn from a generator seeded with ``(seed, step)``, so a resumed run draws the same
@@ -54,7 +57,7 @@ class ZeroShot(Method):
 
     name = "zero_shot"
     forward_methods = ("encode",)
-    _PARAMS = ("ridge", "embedding_dim")
+    _PARAMS = ("ridge", "embedding_dim", "scale")
 
     def __init__(self, cfg: "ExperimentConfig") -> None:
         weight, params = cfg.loss.zero_shot_weight, dict(cfg.loss.zero_shot_params)
@@ -80,8 +83,9 @@ class ZeroShot(Method):
         m, mu = getattr(pooling, "num_prototypes", None), getattr(pooling, "mu", None)
         if not isinstance(m, int) or mu is None:
             raise ValueError(f"pooling {type(pooling).__name__} must expose num_prototypes and mu for the zero-shot loss")
+        params = {"embedding_dim": ctx.embedding_dim, **self.params}  # class embeddings of the embedding's size (author's code)
         loss = ZeroShotPredictionLoss(ctx.num_classes, m, mu=float(mu), generator=make_generator(ctx.seed, _INIT_STREAM),
-                                      **self.params)
+                                      **params)
         self.term = ZeroShotTerm(loss, self.weight, seed=ctx.seed)
 
     def terms(self, terms: list[ObjectiveTerm]) -> list[ObjectiveTerm]:
