@@ -15,6 +15,7 @@ from dmlkit.methods.ccp import CCP, ProjectionStopping
 from dmlkit.engine.checkpoint import load_checkpoint
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.optim import parameter_groups
+from dmlkit.engine.weight_decay import exclude_from_weight_decay
 from dmlkit.assemble import build_model, build_trainer, resume_trainer
 from dmlkit.losses import create_loss
 from dmlkit.proxies import CCPConfig, ProjectionRegularizer, ProxyBank, ProxyPairLoss, greedy_k_center
@@ -63,6 +64,81 @@ def test_miner_mines_against_the_proxies():
     assert float(wrapped(x, y).detach()) == pytest.approx(float(expected), rel=1e-6)
 
 
+def _triplets(d: torch.Tensor, same: torch.Tensor, margin: float) -> float:
+    """Brute force: mean of the positive ``d[a, p] - d[a, n] + margin`` over rows ``a`` (anchors) of ``d``."""
+    terms = [float(d[a, p] - d[a, n] + margin) for a in range(d.shape[0]) for p in range(d.shape[1])
+             for n in range(d.shape[1]) if same[a, p] and not same[a, n]]
+    positive = [t for t in terms if t > 0]
+    return sum(positive) / len(positive) if positive else 0.0
+
+
+def test_proxy_anchor_swaps_the_roles_of_proxies_and_samples():
+    angles = torch.tensor([0.0, 0.9273, 0.6435])  # x0 = (1, 0); x1 = (0.6, 0.8); x2 = (0.8, 0.6)
+    x, y = torch.stack([angles.cos(), angles.sin()], 1), torch.tensor([0, 1, 1])
+    bank = ProxyBank(2, 1, 2)
+    with torch.no_grad():
+        bank.proxies.copy_(torch.eye(2))
+    d = torch.cdist(x, bank.proxies.detach())
+    same = y[:, None] == bank.labels[None, :]
+    sample_anchor = _triplets(d, same, 0.1)  # x2 is nearer the other class's proxy: one active triplet
+    proxy_anchor = _triplets(d.T, same.T, 0.1)  # every proxy is nearer its own samples: none
+    assert sample_anchor == pytest.approx(0.3620, abs=1e-3) and proxy_anchor == 0.0
+    triplet = pml_losses.TripletMarginLoss(margin=0.1)
+    assert float(ProxyPairLoss(triplet, bank)(x, y).detach()) == pytest.approx(sample_anchor, rel=1e-4)
+    assert float(ProxyPairLoss(triplet, bank, proxy_anchor=True)(x, y).detach()) == pytest.approx(proxy_anchor, abs=1e-6)
+
+
+def test_batch_term_adds_the_weighted_batch_pair_loss():
+    labels = torch.arange(4).repeat(4)
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3"])
+    assert cfg.ccp.batch_loss_weight == 0.1  # the official default (ccp.loss_weight)
+    terms = build_model(cfg, fake_train_set(labels)).objective.terms
+    assert [t.name for t in terms] == ["metric", "batch", "projection"]
+    x = F.normalize(torch.randn(16, 16, generator=torch.Generator().manual_seed(3)), dim=1)
+    c1 = pml_losses.ContrastiveLoss(pos_margin=0.0, neg_margin=0.5)  # the config's loss, sample pairs only
+    assert float(terms[1](x, labels, {}).detach()) == pytest.approx(0.1 * float(c1(x, labels)), rel=1e-5)
+    off = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3",
+                                                                      "ccp.batch_loss_weight=0"])
+    assert [t.name for t in build_model(off, fake_train_set(labels)).objective.terms] == ["metric", "projection"]
+    with pytest.raises(ValueError, match="ccp.batch_loss_weight"):
+        CCPConfig(batch_loss_weight=-0.1)
+
+
+def _brute_force_k_center(pool: torch.Tensor, k: int, initial: torch.Tensor) -> list[int]:
+    """Algorithm 2 written out: repeatedly the pool row farthest from ``initial`` and the picks so far."""
+    picks: list[int] = []
+    for _ in range(k):
+        centres = torch.cat([initial, pool[picks]]) if picks else initial
+        far = [(min(float((pool[i] - c).norm()) for c in centres), -i) for i in range(len(pool)) if i not in picks]
+        picks.append(-max(far)[1])
+    return picks
+
+
+def test_k_center_measures_proxies_and_pool_in_one_space():
+    """Raw proxies that shrank off the sphere are measured after the pool's normalisation (l2), not raw."""
+    g = torch.Generator().manual_seed(7)
+    classes, per_class, k, pool_size = 40, 2, 2, 5
+    bank = ProxyBank(classes, per_class, 3, seed=1, pool_normalize="l2")
+    shrink = 0.2 + 0.7 * torch.rand(classes * per_class, 1, generator=g)  # norms 0.2-0.9, as measured under Adam
+    with torch.no_grad():
+        bank.proxies.copy_(F.normalize(torch.randn(classes * per_class, 3, generator=g), dim=1) * shrink)
+    raw = bank.proxies.detach().clone()
+    pool = F.normalize(torch.randn(classes * pool_size, 3, generator=g), dim=1)  # the model's l2 output
+    labels = torch.arange(classes).repeat_interleave(pool_size)
+    picked = bank.reinitialize(pool, labels)
+    same_space = differs = 0
+    for c in range(classes):
+        rows = pool[c * pool_size:(c + 1) * pool_size]
+        expected = _brute_force_k_center(rows, k, F.normalize(raw[c * per_class:(c + 1) * per_class], dim=1))
+        in_raw_space = _brute_force_k_center(rows, k, raw[c * per_class:(c + 1) * per_class])
+        same_space += (picked[c] - c * pool_size).tolist() == expected
+        differs += in_raw_space != expected
+    assert same_space == classes
+    assert differs > 0  # the data tells the two spaces apart: measuring raw proxies would fail above
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3"])
+    assert build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0].loss.bank.pool_normalize == "l2"
+
+
 def test_ccp_method_wraps_the_loss_and_bad_input():
     assert CCP.from_config(load_config("configs/quickstart.yaml")) is None
     cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3"])
@@ -105,7 +181,16 @@ def test_projection_term_value_and_gradient():
     reg.snapshot()
     assert float(reg().detach()) == 0.0
     state = reg.state_dict()
-    assert len(state) == len(list(model.parameters()))
+    assert len(state) == 2 * len(list(model.parameters()))  # theta* and the running projection's best theta
+    reg.remember()
+    kept = [p.detach().clone() for p in model.parameters()]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    reg.snapshot(from_best=True)  # theta* <- the remembered state, not the current one
+    for star, k in zip(reg._snapshots(), kept):
+        torch.testing.assert_close(star, k)
+    assert float(reg().detach()) == pytest.approx(0.5 * lam * sum(p.numel() for p in model.parameters()))
     with pytest.raises(ValueError, match="lam"):
         ProjectionRegularizer(model, -1.0)
     assert float(ProjectionRegularizer(model, 0.0)()) == 0.0
@@ -143,42 +228,69 @@ def test_proxies_get_their_own_learning_rate():
     assert groups["loss_x10"]["lr"] == pytest.approx(0.02)
     assert groups["loss_x10"]["params"][0].shape == (4 * cfg.ccp.proxies_per_class, 16)
     assert "loss" not in groups  # no other objective parameter
-    assert [t.name for t in objective.terms] == ["metric", "projection"]
+    assert [t.name for t in objective.terms] == ["metric", "batch", "projection"]
+    trained = {g["name"]: g for g in exclude_from_weight_decay(list(groups.values()), built.model, objective)}
+    assert trained["loss_x10_no_decay"]["weight_decay"] == 0.0 and "loss_x10" not in trained  # proxies: no decay
+    assert "weight_decay" not in trained["body"]  # the network keeps train.weight_decay
 
 
 # ----------------------------------------------------------------------------- stopping rules of Algorithm 1
 
 
-def test_projection_stopping_rules():
-    s = ProjectionStopping(patience=2)
+def test_a_projection_ends_on_its_own_patience_and_the_run_goes_on():
+    s = ProjectionStopping(patience=7, projection_patience=2)
     s.begin_projection(0)
     assert [s.update(v, i) for i, v in enumerate([0.1, 0.3, 0.2, 0.25], start=1)] == [True, True, False, False]
-    assert s.pending and not s.should_stop  # projection 0 improved on -inf: roll forward
+    assert s.pending and not s.should_stop  # 2 validations below the projection's best 0.3 end it
     assert s.projections[-1] == {"projection": 0, "start_step": 0, "end_step": 4, "steps": 4, "best_step": 2,
-                                 "steps_to_best": 2, "best": 0.3, "improved": True}
+                                 "steps_to_best": 2, "best": 0.3, "improved": True, "ended_by": "patience"}
     s.begin_projection(4)
-    assert s.projection == 1 and not s.pending and s.bad_validations == 0
-    assert [s.update(v, i) for i, v in enumerate([0.2, 0.35, 0.1, 0.1], start=5)] == [False, True, False, False]
-    assert s.pending  # 0.35 > 0.3
+    assert [s.update(v, i) for i, v in enumerate([0.2, 0.25, 0.1], start=5)] == [False, False, False]
+    assert not s.pending  # 0.1 is the projection's first bad validation (its best is 0.25)
+    s.update(0.2, 8)
+    assert s.pending and s.projections[-1]["improved"] is False and s.projections[-1]["best"] == 0.25
+    assert not s.should_stop  # a projection that did not beat the run's best does not end the run ...
     s.begin_projection(8)
-    for i, v in enumerate([0.34, 0.3, 0.2], start=9):
+    assert s.update(0.35, 9) and (s.best_score, s.best_step, s.bad_validations) == (0.35, 9, 0)  # ... which goes on
+    assert [s.update(v, i) for i, v in enumerate([0.3, 0.34], start=10)] == [False, False]
+    assert s.pending and not s.should_stop
+    s.begin_projection(11)
+    for i, v in enumerate([0.2, 0.3, 0.29, 0.28], start=12):
         s.update(v, i)
-    assert s.should_stop and not s.pending and s.projections[-1]["improved"] is False
-    assert (s.best_score, s.best_step) == (0.35, 6)
-    single = ProjectionStopping(patience=1, max_projections=1)
-    single.begin_projection(0)
-    single.update(0.5, 1), single.update(0.4, 2)
-    assert single.should_stop  # Loss-Proxy: one projection only
+    assert s.pending and not s.should_stop and s.bad_validations == 6
+    s.begin_projection(15)
+    s.update(0.1, 16)
+    assert s.should_stop and not s.pending  # 7 validations since the run's best (step 9), across projections
+    assert [p["ended_by"] for p in s.projections] == ["patience"] * 4
     restored = ProjectionStopping(patience=1)
     restored.load_state_dict(s.state_dict())
     assert restored == s
 
 
+def test_the_last_projection_is_ended_by_the_run_alone():
+    single = ProjectionStopping(patience=3, projection_patience=1, max_projections=1)  # Loss-Proxy
+    single.begin_projection(0)
+    single.update(0.5, 1), single.update(0.4, 2)
+    assert not single.pending and not single.should_stop  # the only projection: ccp.patience does not end it
+    single.update(0.45, 3), single.update(0.3, 4)
+    assert single.should_stop  # train.patience = 3 validations since the best, as its baseline
+    single.close(4)
+    assert single.projections == [{"projection": 0, "start_step": 0, "end_step": 4, "steps": 4, "best_step": 1,
+                                   "steps_to_best": 1, "best": 0.5, "improved": True, "ended_by": "run"}]
+    both = ProjectionStopping(patience=2, projection_patience=2)
+    both.begin_projection(0)
+    for i, v in enumerate([0.5, 0.4, 0.4], start=1):
+        both.update(v, i)
+    assert both.should_stop and not both.pending  # the run ends at the same validation: no next projection
+    with pytest.raises(ValueError, match="projection patience"):
+        ProjectionStopping(patience=2, projection_patience=0)
+
+
 # ----------------------------------------------------------------------------- Algorithm 1 on a tiny run
 
 CCP_TINY = TINY_OVERRIDES + [
-    "plots=false", "eval.clustering=false", "train.val_every=1", "train.max_steps=12",
-    "ccp.patience=1", "ccp.proxies_per_class=2", "ccp.pool_size=4",
+    "plots=false", "eval.clustering=false", "train.val_every=1", "train.max_steps=12", "train.patience=5",
+    "ccp.patience=1", "ccp.proxies_per_class=2", "ccp.pool_size=4", "ccp.lam=0.5",
 ]
 
 
@@ -186,75 +298,117 @@ def ccp_config(*extra):
     return load_config("configs/ccp_contrastive.yaml", CCP_TINY + list(extra))
 
 
+def _params(model):
+    return [p.detach().clone() for p in model.parameters() if p.requires_grad]
+
+
 class WatchProjections(Callback):
-    """Runs after the CCP callback: at each new projection, checks the state it set up."""
+    """Runs after the CCP callback: keeps the weights and proxies of every step; at each new projection,
+    checks the state the CCP callback set up against them."""
 
     def __init__(self):
-        self.seen, self.checks = 0, []
+        self.seen, self.checks, self.params, self.proxies = 0, [], {}, {}
+
+    def on_batch_end(self, trainer, batch, outputs):
+        bank = next(t for t in trainer.objective.terms if t.name == "metric").loss.bank
+        self.params[trainer.state.step] = _params(trainer.model)
+        self.proxies[trainer.state.step] = bank.proxies.detach().clone()
 
     def on_validation_end(self, trainer, metrics):
         stopper = trainer.stopper
         if stopper.projection == self.seen or not stopper.started:
             return
         self.seen = stopper.projection
+        ended, step = stopper.projections[-1], trainer.state.step
         best = load_checkpoint(trainer.folder.best_checkpoint)
         model_state = trainer.model.state_dict()
-        same_as_best = all(torch.equal(model_state[k], v) for k, v in best["model"].items())
         reg = next(t for t in trainer.objective.terms if t.name == "projection").regularizer
-        params = [p for p in trainer.model.parameters() if p.requires_grad]
-        snapshot_is_model = all(torch.equal(s, p.detach()) for s, p in zip(reg._snapshots(), params))
-        train = trainer.splits.train.with_augment(False)
-        emb, labels = embed_dataset(trainer.model, train, 256)
         bank = next(t for t in trainer.objective.terms if t.name == "metric").loss.bank
-        d = (bank.proxies.detach()[:, None] - emb[None]).norm(dim=-1)
-        nearest = d.argmin(dim=1)
+        now = _params(trainer.model)
+        ccp = next(cb for cb in trainer.callbacks if type(cb).__name__ == "CCPCallback")
+        pool, pool_labels = ccp.last_pool
+        expected = []  # Algorithm 2 by brute force, from rho* mapped into the pool's (l2) space
+        for c in range(bank.num_classes):
+            rows = torch.nonzero(pool_labels == c).flatten()
+            rho = F.normalize(bank.rho_star[c * 2:c * 2 + 2], dim=1)
+            expected.append(pool[rows[_brute_force_k_center(pool[rows], 2, rho)]])
         self.checks.append({
-            "step": trainer.state.step,
-            "same_as_best": same_as_best,
-            "snapshot_is_model": snapshot_is_model,
-            "proxy_is_sample": float(d.min(dim=1).values.max()),
-            "proxy_class_ok": bool((labels[nearest] == bank.labels).all()),
-            "distinct": int(torch.unique(nearest).numel()) == bank.proxies.shape[0],
+            "step": step,
+            "same_as_best": all(torch.equal(model_state[k], v) for k, v in best["model"].items()),
+            "kept_weights": all(torch.equal(a, b) for a, b in zip(now, self.params[step])),
+            "theta_star_is_projection_best": all(torch.equal(s, p) for s, p in zip(reg._snapshots(), self.params[ended["best_step"]])),
+            "theta_star_is_model": all(torch.equal(s, p) for s, p in zip(reg._snapshots(), now)),
+            "rho_star_is_projection_best": torch.equal(bank.rho_star, self.proxies[ended["best_step"]]),
+            "k_center_from_rho_star": torch.allclose(bank.proxies.detach(), torch.cat(expected), atol=1e-6),
+            "lam": reg.lam,
         })
 
 
-@pytest.fixture(scope="module")
-def ccp_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("ccp") / "full"
+def _run(tmp_path_factory, name, *extra):
+    run_dir = tmp_path_factory.mktemp("ccp") / name
     watch = WatchProjections()
-    summary = build_trainer(ccp_config(), run_dir, callbacks=[watch], quiet=True).fit()
+    summary = build_trainer(ccp_config(*extra), run_dir, callbacks=[watch], quiet=True).fit()
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return run_dir, summary, records, watch
 
 
-def test_projections_end_by_their_own_early_stopping_and_roll_forward(ccp_run):
+@pytest.fixture(scope="module")
+def ccp_run(tmp_path_factory):
+    return _run(tmp_path_factory, "full")
+
+
+def test_projections_end_on_ccp_patience_and_the_run_on_train_patience(ccp_run):
     run_dir, summary, records, watch = ccp_run
-    val = {r["step"]: r["mean_average_precision_at_r"] for r in records if r["split"] == "val"}
+    val = [(r["step"], r["mean_average_precision_at_r"]) for r in records if r["split"] == "val"]
     ccp = [r for r in records if r["split"] == "ccp"]
-    assert len(ccp) >= 2, "the tiny run should roll forward at least once"
-    assert summary["ccp"]["steps_per_projection"] == [r["steps"] for r in ccp]
-    best_so_far = -math.inf
+    best, bad, stop = -math.inf, 0, None  # the run-level rule, replayed on the logged scores: train.patience = 5
+    for step, score in val:
+        best, bad = (score, 0) if score > best else (best, bad + 1)
+        if bad >= 5:
+            stop = step
+            break
+    assert summary["steps"] == (stop or 12) and summary["stopped_early"] == (stop is not None)
+    assert summary["best_val"]["value"] == max(v for _, v in val)
+    scores = dict(val)
     for i, r in enumerate(ccp):
-        window = {s: v for s, v in val.items() if r["start_step"] < s <= r["end_step"]}
-        assert r["best"] == max(window.values()) and val[r["best_step"]] == r["best"]
-        assert r["end_step"] - r["best_step"] == 1  # patience 1 validation, one validation per step
-        assert r["improved"] == (r["best"] > best_so_far)
-        assert r["improved"] == (i < len(ccp) - 1)  # alternation continues while projections improve
+        window = {s: v for s, v in scores.items() if r["start_step"] < s <= r["end_step"]}
+        assert r["best"] == max(window.values()) and scores[r["best_step"]] == r["best"]
+        if r["ended_by"] == "patience":
+            assert r["end_step"] - r["best_step"] == 1  # ccp.patience 1 validation, one validation per step
         if i:
             assert r["start_step"] == ccp[i - 1]["end_step"]
-        best_so_far = max(best_so_far, r["best"])
-    assert summary["stopped_early"] and summary["steps"] == ccp[-1]["end_step"]
-    assert summary["best_val"]["value"] == max(val.values())
+    assert ccp[-1]["ended_by"] == "run" and ccp[-1]["end_step"] == summary["steps"]
+    assert summary["ccp"]["steps_per_projection"] == [r["steps"] for r in ccp] and len(ccp) >= 3
+    # the former rule ended the run at the first projection that did not beat the run's best:
+    assert any(not r["improved"] for r in ccp[:-1]), "the tiny run should see a projection end below the run's best"
     assert "pool_covering_radius" in ccp[0] and ccp[0]["pool_covering_radius"] > 0
 
 
-def test_roll_forward_restores_best_weights_and_reinitialises_proxies_from_samples(ccp_run):
+def test_a_projection_end_moves_the_anchors_and_the_network_trains_on(ccp_run):
     _, _, records, watch = ccp_run
-    assert len(watch.checks) == len([r for r in records if r["split"] == "ccp"]) - 1
+    assert len(watch.checks) == len([r for r in records if r["split"] == "ccp"]) - 1 >= 2
     for check in watch.checks:
-        assert check["same_as_best"] and check["snapshot_is_model"]
-        assert check["proxy_is_sample"] < 1e-5  # every proxy is a training sample's embedding ...
-        assert check["proxy_class_ok"] and check["distinct"]  # ... of its own class, no sample used twice
+        assert check["kept_weights"] and not check["theta_star_is_model"]  # no roll-back: theta is where it was
+        assert check["theta_star_is_projection_best"] and check["rho_star_is_projection_best"]
+        assert check["k_center_from_rho_star"]  # Algorithm 2 from rho*, in the pool's space
+        assert check["lam"] == 0.5
+    assert any(not c["same_as_best"] for c in watch.checks)
+
+
+def test_lambda_is_zero_in_the_first_projection(ccp_run):
+    _, _, records, _ = ccp_run
+    first_end = next(r for r in records if r["split"] == "ccp")["end_step"]
+    train = [r for r in records if r["split"] == "train"]
+    assert all(r["loss/projection"] == 0.0 for r in train if r["step"] <= first_end)
+    assert all(r["loss/projection"] > 0.0 for r in train if r["step"] > first_end)
+    assert all(r["loss/batch"] > 0.0 for r in train)
+
+
+def test_restore_best_rolls_the_network_back_as_before(tmp_path_factory):
+    _, _, records, watch = _run(tmp_path_factory, "restore", "ccp.restore_best=true")
+    assert watch.checks
+    for check in watch.checks:
+        assert check["same_as_best"] and check["theta_star_is_model"]
 
 
 def test_more_proxies_than_samples_of_a_class_is_reported_before_training(tmp_path):
@@ -262,19 +416,23 @@ def test_more_proxies_than_samples_of_a_class_is_reported_before_training(tmp_pa
         build_trainer(ccp_config("ccp.proxies_per_class=17", "ccp.pool_size=17"), tmp_path / "run", quiet=True).fit()
 
 
-def test_resume_with_ccp_reaches_the_same_state(ccp_run, tmp_path):
+@pytest.mark.parametrize("where", ["first_end", "later_best"])
+def test_resume_with_ccp_reaches_the_same_state(ccp_run, tmp_path, where):
     run_dir, summary, records, _ = ccp_run
-    first_end = next(r for r in records if r["split"] == "ccp")["end_step"]
+    ccp = [r for r in records if r["split"] == "ccp"]
+    # a pending projection end, or a validation that is a projection's best (kept before last.pt could hold it)
+    crash_at = ccp[0]["end_step"] if where == "first_end" else ccp[1]["best_step"]
 
     class Crash(Callback):
         def on_validation_end(self, trainer, metrics):
-            if trainer.state.step == first_end:
+            if trainer.state.step == crash_at:
                 raise KeyboardInterrupt
 
     interrupted = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
         build_trainer(ccp_config(), interrupted, callbacks=[Crash()], quiet=True).fit()
-    assert load_checkpoint(interrupted / "last.pt")["early_stopping"]["pending"] is True
+    state = load_checkpoint(interrupted / "last.pt")["early_stopping"]
+    assert state["pending"] is (where == "first_end")
     resumed = resume_trainer(interrupted, quiet=True).fit()
     assert resumed["ccp"] == summary["ccp"]
     assert resumed["test"] == pytest.approx(summary["test"], abs=1e-6)

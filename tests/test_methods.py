@@ -72,8 +72,8 @@ def test_ccp_wraps_first_so_the_generated_term_scores_against_the_proxies():
     cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["augment.name=sft", "ccp.proxies_per_class=2",
                                                                       "ccp.pool_size=3"])
     assert [m.name for m in build_methods(cfg)] == ["ccp", "sft"]
-    real, generated, projection = build_model(cfg, fake_train_set(LABELS)).objective.terms
-    assert (real.name, generated.name, projection.name) == ("real", "generated", "projection")
+    real, generated, batch, projection = build_model(cfg, fake_train_set(LABELS)).objective.terms
+    assert (real.name, generated.name, batch.name, projection.name) == ("real", "generated", "batch", "projection")
     assert isinstance(generated, GeneratedTerm) and isinstance(projection, ProjectionTerm)
     assert isinstance(real.loss, ProxyPairLoss) and generated.loss is real.loss
 

@@ -35,6 +35,7 @@ from dmlkit.engine.parts import RunParts
 from dmlkit.engine.progress import TrainingProgress
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
+from dmlkit.engine.weight_decay import exclude_from_weight_decay
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
 from dmlkit.evaluation.retrieval import metric_names
 from dmlkit.faults import fault_point
@@ -108,7 +109,8 @@ class Trainer:
         resume = self._open_folder(environment)
         self.fabric.barrier()
         self.splits = parts.splits
-        optimizer = build_optimizer(parts.param_groups, t)
+        groups = exclude_from_weight_decay(parts.param_groups, parts.model, parts.objective)  # no_weight_decay()
+        optimizer = build_optimizer(groups, t)
         self.scheduler = build_scheduler(optimizer, t)
         if self.fabric.is_global_zero:  # a full disk is reported before training starts
             slots = {"adam": 2, "adamw": 2}.get(t.optimizer, 1)

@@ -3,31 +3,41 @@
 ``ccp.enabled`` turns it on. The components live in ``dmlkit.proxies``; this method plugs them
 into a run through its hooks:
 
-* ``wrap_loss``: the metric loss becomes ``ProxyPairLoss`` against a ``ProxyBank`` (Eq. 3.2.11, data term);
-* ``param_groups``: the proxies learn at ``(train.loss_lr or train.lr) * ccp.proxy_lr_mult``;
+* ``wrap_loss``: the metric loss becomes ``ProxyPairLoss`` against a ``ProxyBank`` (Eq. 3.2.11, data
+  term; ``ccp.proxy_anchor``: the proxies are the anchors);
+* ``terms``: ``batch`` = ``ccp.batch_loss_weight * L(batch, batch)`` (the official code's extra
+  batch-pair term, 0.1 there; absent from the thesis text) and ``projection`` =
+  ``lam/2 ||theta - theta*||^2`` (Eq. 3.2.11);
+* ``param_groups``: the proxies learn at ``(train.loss_lr or train.lr) * ccp.proxy_lr_mult``, without
+  weight decay (``ProxyBank.no_weight_decay``);
+* ``ProjectionStopping`` (``stopper``): two early stoppings. A projection ends after ``ccp.patience``
+  validations without improving *that projection's* best score (thesis Sec. 3.2.4: patience 3 on
+  validation MAP@R); the run ends after ``train.patience`` validations without improving *the run's*
+  best score, counted across projections (thesis Sec. 3.3.2.1: 60 / 15 / 40 by protocol; the
+  official code's ``training.early_stopping_patience``), or at ``train.max_steps``.
+  ``ccp.max_projections`` caps the projections: the last one is not ended by ``ccp.patience``
+  (so Loss-Proxy, ``max_projections: 1``, stops exactly like its baseline).
+* ``CCPCallback`` (``callbacks``): at every validation that is the running projection's best, keeps
+  ``theta`` and the proxies (``remember``). When a projection ends: ``theta* <-`` that best
+  ``theta``, ``rho* <-`` those best proxies, and the network trains on from its *current* weights
+  (the official ``AlternatingProjectionCallback``; ``ccp.restore_best: true`` instead rolls the
+  network and proxies back to the run's ``best.pt`` first, dmlkit's former behaviour); then a pool
+  of ``pool_size`` training samples per class is embedded with the current network and the proxies
+  are re-initialised with greedy k-centre picks measured from ``rho*`` in the pool's space
+  (Algorithm 2); the proxies' optimiser state is cleared. ``lam`` is
+  ``ccp.first_projection_lambda`` during the first projection (official: 0) and ``ccp.lam`` after.
+  It logs one ``{"split": "ccp", ...}`` record per projection (steps it took, Fig. 3.7b, and the
+  covering radius / inter-class distance of the pool, Sec. 3.3.1) and adds a ``ccp`` entry to the
+  run summary.
 
-* ``ProjectionTerm``: the objective term ``lam/2 ||theta - theta*||^2`` (Eq. 3.2.11);
-* ``ProjectionStopping`` (``stopper``): replaces the trainer's early stopping.  Each projection ends
-  when ``ccp.patience`` validations pass without improving *that projection's* best
-  score (thesis Sec. 3.2.4: patience 3 on validation MAP@R); the run ends when a
-  projection ends without improving the best score of the run (or after
-  ``ccp.max_projections``).  Its state is saved in every checkpoint.
-* ``CCPCallback`` (``callbacks``): starts each projection -- restore the best weights and proxies of
-  the projection that just ended (``theta* <- theta``, ``rho* <- rho``), snapshot
-  ``theta*``, embed a pool of ``pool_size`` training samples per class with the current
-  network and re-initialise the proxies with greedy k-centre picks measured from the
-  converged proxies (Algorithm 2); the proxies' optimiser state is cleared.  It logs one
-  ``{"split": "ccp", ...}`` record per finished projection (steps it took, Fig. 3.7b,
-  and the covering radius / inter-class distance of the pool, Sec. 3.3.1) and adds a
-  ``ccp`` entry to the run summary.
+The first projection starts from the initial weights (``theta*`` = the initialisation) and from
+proxies picked by greedy k-centre in a random pool with no previous proxies (the first pick of
+each class is a random sample, Algorithm 1 "initialize rho* with random samples").
 
-The first projection starts from the initial weights (``theta*`` = the random
-initialisation, as in Algorithm 1) and from proxies picked by greedy k-centre in a random
-pool with no previous proxies (the first pick of each class is a random sample).
-
-Resume: a projection that ended at step ``s`` is saved in ``last.pt`` as *pending*;
-the roll-forward is a pure function of ``best.pt``, the stopper state and the seed, so a
-run resumed from ``s`` rolls forward exactly as the uninterrupted one did.
+Resume: a projection that ended at step ``s`` is saved in ``last.pt`` as *pending* and rolled
+forward on resume; the remembered best state (buffers of the objective) is in every checkpoint
+written after the validation that set it, and a run resumed from the ``last.pt`` of that very
+validation remembers it again from the loaded weights. So a resumed run ends as the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -44,7 +54,7 @@ from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.engine.config import TrainConfig
 from dmlkit.engine.early_stopping import EarlyStopping
 from dmlkit.engine.embed import embed_dataset
-from dmlkit.engine.objective import ObjectiveTerm
+from dmlkit.engine.objective import MetricLossTerm, ObjectiveTerm
 from dmlkit.methods.base import BuildContext, Method
 from dmlkit.proxies.bank import ProxyBank, ProxyPairLoss, group_by_class
 from dmlkit.proxies.config import CCPConfig
@@ -71,22 +81,31 @@ class ProjectionTerm(ObjectiveTerm):
 
 @dataclass
 class ProjectionStopping(EarlyStopping):
-    """Early stopping of Algorithm 1: per projection (``patience`` validations) and for the run.
+    """The two early stoppings of Algorithm 1: one per projection, one for the run.
 
-    ``best_score`` / ``best_step`` are the run's best (what ``best.pt`` holds);
-    ``bad_validations`` counts validations since the current projection's best.
+    ``patience``, ``best_score``, ``best_step``, ``bad_validations`` (of ``EarlyStopping``) are the
+    run's: ``should_stop`` once ``patience`` validations pass without a new best of the run, across
+    projections. ``projection_patience`` validations without a new best of the running projection
+    end it (``pending`` until the callback starts the next one), unless it is the last one that
+    ``max_projections`` allows or the run stops at the same validation.
     """
 
+    projection_patience: int = 3
     max_projections: int | None = None
     started: bool = False
     projection: int = 0
     projection_start: int = 0
     projection_best: float = -math.inf
     projection_best_step: int = -1
+    projection_bad: int = 0
     start_score: float = -math.inf
     pending: bool = False
-    finished: bool = False
     projections: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.projection_patience < 1:
+            raise ValueError(f"projection patience must be at least 1 validation, got {self.projection_patience}")
 
     def begin_projection(self, step: int) -> None:
         """Start the next projection problem at ``step`` (the first one when none has started)."""
@@ -94,26 +113,31 @@ class ProjectionStopping(EarlyStopping):
             self.projection += 1
         self.started, self.pending = True, False
         self.projection_start, self.projection_best, self.projection_best_step = step, -math.inf, -1
-        self.bad_validations, self.start_score = 0, self.best_score
+        self.projection_bad, self.start_score = 0, self.best_score
+
+    @property
+    def last_projection(self) -> bool:
+        return self.max_projections is not None and self.projection + 1 >= self.max_projections
 
     def update(self, score: float, step: int) -> bool:
         """Record a validation score; True when it is a new best of the run."""
-        if not math.isfinite(score):
-            raise ValueError(f"validation score at step {step} is {score}; the embeddings diverged")
-        improved = score > self.best_score
-        if improved:
-            self.best_score, self.best_step = score, step
+        improved = super().update(score, step)
         if score > self.projection_best:
-            self.projection_best, self.projection_best_step, self.bad_validations = score, step, 0
+            self.projection_best, self.projection_best_step, self.projection_bad = score, step, 0
         else:
-            self.bad_validations += 1
-        if self.bad_validations >= self.patience:
-            self._end_projection(step)
+            self.projection_bad += 1
+        if self.projection_bad >= self.projection_patience and not self.last_projection and not self.should_stop:
+            self.projections.append(self._record(step, "patience"))
+            self.pending = True
         return improved
 
-    def _end_projection(self, step: int) -> None:
-        gained = self.projection_best > self.start_score
-        self.projections.append({
+    def close(self, step: int) -> None:
+        """The run ended at ``step``: record the running projection (once)."""
+        if self.started and not self.pending and not any(p["projection"] == self.projection for p in self.projections):
+            self.projections.append(self._record(step, "run"))
+
+    def _record(self, step: int, ended_by: str) -> dict:
+        return {
             "projection": self.projection,
             "start_step": self.projection_start,
             "end_step": step,
@@ -121,15 +145,9 @@ class ProjectionStopping(EarlyStopping):
             "best_step": self.projection_best_step,
             "steps_to_best": self.projection_best_step - self.projection_start,
             "best": self.projection_best,
-            "improved": gained,
-        })
-        more = self.max_projections is None or self.projection + 1 < self.max_projections
-        self.pending = gained and more
-        self.finished = not self.pending
-
-    @property
-    def should_stop(self) -> bool:
-        return self.finished
+            "improved": self.projection_best > self.start_score,
+            "ended_by": ended_by,
+        }
 
 
 def _plain(dataset: Any) -> Any:
@@ -141,9 +159,9 @@ class CCPCallback(Callback):
 
     def __init__(
         self, cfg: CCPConfig, bank: ProxyBank, regularizer: ProjectionRegularizer, train_set: Any, seed: int,
-        batch_size: int,
+        batch_size: int, max_steps: int | None = None,
     ) -> None:
-        self.cfg, self.bank, self.regularizer = cfg, bank, regularizer
+        self.cfg, self.bank, self.regularizer, self.max_steps = cfg, bank, regularizer, max_steps
         self.train_set, self.seed, self.batch_size = train_set, seed, batch_size
         self.last_pool: tuple[torch.Tensor, torch.Tensor] | None = None
 
@@ -151,25 +169,32 @@ class CCPCallback(Callback):
     def on_train_start(self, trainer: TrainerView) -> None:
         stopper = trainer.stopper
         if not stopper.started:
-            self._start_projection(trainer, first=True)
+            self._start_projection(trainer, initial=None, first=True)
         elif stopper.pending:
-            self._roll_forward(trainer)
+            if not self._budget_spent(trainer):
+                self._roll_forward(trainer)
+        else:  # resumed inside a projection
+            self._set_lambda(stopper.projection)
+            if stopper.projection_best_step == trainer.state.step:  # last.pt of that validation: before remember()
+                self._remember()
 
     def on_validation_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         stopper = trainer.stopper
-        if stopper.pending:
+        if stopper.projection_best_step == trainer.state.step:
+            self._remember()
+        if stopper.pending and not self._budget_spent(trainer):
             self._roll_forward(trainer)
-        elif stopper.finished:
-            self._log_projection(trainer, stopper.projections[-1], {})
 
     def on_train_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         stopper = trainer.stopper
+        stopper.close(trainer.state.step)
+        self._log_projection(trainer, stopper.projections[-1], {})
         summary["ccp"] = {
             "projections": stopper.projection + 1,
-            "finished_projections": len(stopper.projections),
             "steps_per_projection": [p["steps"] for p in stopper.projections],
             "steps_to_best_per_projection": [p["steps_to_best"] for p in stopper.projections],
             "best_per_projection": [p["best"] for p in stopper.projections],
+            "ended_by": [p["ended_by"] for p in stopper.projections],
         }
         self._embed_pool(trainer, stopper.projection + 1)  # the final (best) network's geometry
         summary["ccp"].update(self._pool_geometry())  # the trainer writes the summary after this hook
@@ -177,20 +202,42 @@ class CCPCallback(Callback):
             self._plot(trainer)
 
     # ------------------------------------------------------------ projections
+    def _budget_spent(self, trainer: TrainerView) -> bool:
+        """The step budget is spent: a projection that ends now starts no next one."""
+        return self.max_steps is not None and trainer.state.step >= self.max_steps
+
+    def _remember(self) -> None:
+        """The running projection's best state: ``theta_best <- theta``, ``rho_star <- rho``."""
+        self.regularizer.remember()
+        self.bank.remember()
+
+    def _set_lambda(self, projection: int) -> None:
+        self.regularizer.lam = float(self.cfg.first_projection_lambda if projection == 0 else self.cfg.lam)
+
     def _roll_forward(self, trainer: TrainerView) -> None:
-        """theta* and rho* <- the best weights and proxies of the projection that just ended; start the next."""
+        """theta* and rho* <- the best state of the projection that just ended; start the next one."""
         ended = trainer.stopper.projections[-1]
-        trainer.fabric.barrier()  # several processes: rank 0 has written best.pt
-        trainer.restore_best()
-        self._start_projection(trainer, first=False)
+        if self.cfg.restore_best:  # the former behaviour: the network and proxies go back to best.pt
+            trainer.fabric.barrier()  # several processes: rank 0 has written best.pt
+            trainer.restore_best()
+            self.regularizer.snapshot()
+            initial = None
+        else:  # official: only the anchors move; the network keeps its current weights
+            self.regularizer.snapshot(from_best=True)
+            initial = self.bank.rho_star.clone()
+        self._start_projection(trainer, initial=initial, first=False)
         self._log_projection(trainer, ended, self._pool_geometry())
 
-    def _start_projection(self, trainer: TrainerView, first: bool) -> None:
+    def _start_projection(self, trainer: TrainerView, initial: torch.Tensor | None, first: bool) -> None:
         stopper = trainer.stopper
         stopper.begin_projection(trainer.state.step)
-        self.regularizer.snapshot()
+        self._set_lambda(stopper.projection)
+        if first:
+            self.regularizer.snapshot()
         embeddings, labels = self._embed_pool(trainer, stopper.projection)
-        self.bank.reinitialize(embeddings, labels, from_current=self.cfg.from_current and not first)
+        self.bank.reinitialize(embeddings, labels, from_current=self.cfg.from_current and not first, initial=initial)
+        if first:
+            self._remember()
         inner = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
         inner.state.pop(self.bank.proxies, None)
 
@@ -231,7 +278,7 @@ class CCPCallback(Callback):
         converged = bank.reference().detach().cpu()
         pool_emb, pool_labels = self.last_pool or self._embed_pool(trainer, trainer.stopper.projection + 1)
         pool, mask, rows = group_by_class(pool_emb, pool_labels, bank.num_classes)
-        picks = select_per_class(pool, mask, bank.proxies_per_class, bank.per_class().cpu())
+        picks = select_per_class(pool, mask, bank.proxies_per_class, bank.in_pool_space().cpu())
         nxt = pool_emb[torch.gather(rows, 1, picks).flatten()]
         shown = bank.labels.cpu() < 20
         trainer.folder.plots.mkdir(exist_ok=True)
@@ -246,11 +293,13 @@ class CCP(Method):
 
     def __init__(self, cfg: "ExperimentConfig") -> None:
         self.cfg: CCPConfig = cfg.ccp
-        self.batch_size = cfg.eval.batch_size
+        self.batch_size, self.max_steps = cfg.eval.batch_size, cfg.train.max_steps
         self.bank: ProxyBank | None = None
         self.regularizer: ProjectionRegularizer | None = None
         self.ctx: BuildContext | None = None
-        self._stopper = ProjectionStopping(patience=self.cfg.patience, max_projections=self.cfg.max_projections)
+        self.loss: nn.Module | None = None
+        self.miner: nn.Module | None = None
+        self._stopper: ProjectionStopping | None = None
 
     @classmethod
     def from_config(cls, cfg: "ExperimentConfig") -> "CCP | None":
@@ -266,22 +315,31 @@ class CCP(Method):
             )
         self.ctx = ctx
         self.bank = ProxyBank(ctx.num_classes, cfg.proxies_per_class, ctx.embedding_dim, normalize=cfg.proxy_normalize,
-                              seed=ctx.seed)
-        self.regularizer = ProjectionRegularizer(ctx.model, cfg.lam)
+                              seed=ctx.seed, pool_normalize=ctx.cfg.model.normalize)
+        self.regularizer = ProjectionRegularizer(ctx.model, cfg.first_projection_lambda)
 
     def wrap_loss(self, loss: nn.Module, miner: nn.Module | None) -> tuple[nn.Module, nn.Module | None]:
         """The pair loss against the proxies (Eq. 3.2.11); the miner runs inside it (batch vs proxies)."""
-        return ProxyPairLoss(loss, self.bank, miner), None
+        self.loss, self.miner = loss, miner
+        return ProxyPairLoss(loss, self.bank, miner, proxy_anchor=self.cfg.proxy_anchor), None
 
     def terms(self, terms: list[ObjectiveTerm]) -> list[ObjectiveTerm]:
-        return [*terms, ProjectionTerm(self.regularizer)]
+        """``+ w * L(batch, batch)`` (named ``batch``, when ``ccp.batch_loss_weight > 0``) ``+ lam/2 ||theta - theta*||^2``."""
+        w = float(self.cfg.batch_loss_weight)
+        batch = [MetricLossTerm(self.loss, self.miner, weight=w, name="batch")] if w > 0 else []
+        return [*terms, *batch, ProjectionTerm(self.regularizer)]
 
     def param_groups(self, train: TrainConfig) -> list[dict]:
         mult = float(self.cfg.proxy_lr_mult)
         return [{"name": f"loss_x{mult:g}", "params": [self.bank.proxies], "lr": (train.loss_lr or train.lr) * mult}]
 
     def stopper(self, train: TrainConfig) -> EarlyStopping:
+        """Projections end on ``ccp.patience``, the run on ``train.patience`` (one object per run)."""
+        if self._stopper is None:
+            self._stopper = ProjectionStopping(patience=train.patience, projection_patience=self.cfg.patience,
+                                               max_projections=self.cfg.max_projections)
         return self._stopper
 
     def callbacks(self) -> list[Callback]:
-        return [CCPCallback(self.cfg, self.bank, self.regularizer, self.ctx.train_set, self.ctx.seed, self.batch_size)]
+        return [CCPCallback(self.cfg, self.bank, self.regularizer, self.ctx.train_set, self.ctx.seed, self.batch_size,
+                            self.max_steps)]

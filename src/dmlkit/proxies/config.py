@@ -28,11 +28,26 @@ class CCPConfig:
         pool_size: ``b``, samples per class embedded for the greedy k-centre pick (Algorithm 2;
             thesis: 12, resp. 7); ``pool_size == proxies_per_class`` is random selection.
         lam: ``lambda`` of the projection term ``lam/2 ||theta - theta*||^2`` (Eq. 3.2.11; thesis 2e-4).
-        patience: validations without improvement that end one projection (thesis Sec. 3.2.4: 3).
-            With CCP on, this replaces ``train.patience``: the run ends when a projection ends
-            without improving the run's best validation score.
-        max_projections: stop after this many projections; ``1`` is "Loss-Proxy" (a single
-            proxy problem, no alternation, Fig. 3.7a); ``null`` = until a projection no longer improves.
+        patience: validations without improving the projection's own best that end one projection
+            (thesis Sec. 3.2.4: 3; official ``ccp.early_stopping_patience = 3``). The run itself ends on
+            ``train.patience`` validations without improving the run's best (counted across
+            projections), on ``max_projections`` or on ``train.max_steps``.
+        max_projections: at most this many projections; the last one is not ended by ``patience``
+            but trains on until the run ends (run-level patience or step budget). ``1`` is
+            "Loss-Proxy" (a single proxy problem, no alternation, Fig. 3.7a), stopped exactly like
+            its baseline; ``null``: no limit.
+        restore_best: at a projection end, roll the network and the proxies back to the run's best
+            checkpoint before the next projection starts (dmlkit's former behaviour). Default false,
+            as the official code: theta* and rho* move to the projection's best state and the network
+            trains on from its current weights.
+        batch_loss_weight: ``w`` of the batch-pair term: the loss is ``w * L(batch, batch) +
+            L(batch, proxies) + projection term``. The official code uses 0.1
+            (``ccp.loss_weight``); the thesis text has the proxy term only (0).
+        first_projection_lambda: ``lambda`` during the first projection, whose ``theta*`` is the
+            initial network (official: 0, ``_updateLambdaCoeff``); later projections use ``lam``.
+        proxy_anchor: the proxies are the anchors of the pair/tuple loss (``l(rho_i, z)`` of Eq.
+            3.2.11; the official default, which matters for triplet: ``||rho - z+|| - ||rho - z-||``);
+            false: the batch samples are the anchors and the proxies the references (PML's ``ref_emb``).
         proxy_lr_mult: learning rate of the proxies = ``(train.loss_lr or train.lr) * proxy_lr_mult``
             (thesis: no multiplier for CCP, i.e. 1).
         proxy_normalize: normalisation of the proxies before the loss: ``none`` (PML's distances
@@ -52,10 +67,14 @@ class CCPConfig:
     proxy_lr_mult: float = 1.0
     proxy_normalize: str = "none"
     from_current: bool = True
+    restore_best: bool = False
+    batch_loss_weight: float = 0.1
+    first_projection_lambda: float = 0.0
+    proxy_anchor: bool = False
     plot: bool = False
 
     def __post_init__(self) -> None:
-        for key in ("enabled", "from_current", "plot"):
+        for key in ("enabled", "from_current", "plot", "restore_best", "proxy_anchor"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"ccp.{key} must be true or false, got {getattr(self, key)!r}")
         for key in ("proxies_per_class", "pool_size", "patience"):
@@ -67,8 +86,11 @@ class CCPConfig:
                 "the k-centre picks the proxies among pool_size samples per class; raise pool_size "
                 "(pool_size == proxies_per_class is random selection)"
             )
-        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam) or self.lam < 0:
-            raise ValueError(f"ccp.lam must be a finite number >= 0 (the thesis uses 2e-4), got {self.lam!r}")
+        for key, hint in (("lam", "the thesis uses 2e-4"), ("first_projection_lambda", "the official code uses 0"),
+                          ("batch_loss_weight", "official 0.1, thesis text 0")):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"ccp.{key} must be a finite number >= 0 ({hint}), got {value!r}")
         if self.max_projections is not None and not _positive_int(self.max_projections):
             raise ValueError(f"ccp.max_projections must be a positive int or null, got {self.max_projections!r}")
         mult = self.proxy_lr_mult
