@@ -12,7 +12,8 @@ The order, and why:
 2. ``sft``: adds the ``generated`` term next to the metric term (renamed ``real``);
 3. ``zero_shot``: scales every metric-loss term present (real and generated) by ``1 - lam``
    (Eq. 5.2.5); CCP's projection term is a regulariser and is not scaled;
-4. ``warmup``: callbacks only.
+4. ``warmup``: callbacks only;
+5. ``gsp_diagnostics``: a callback that logs the entropy of GSP's pooling weights.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dmlkit.methods.base import BuildContext, Method
 from dmlkit.methods.ccp import CCP
+from dmlkit.methods.gsp_diagnostics import GSPDiagnostics
 from dmlkit.methods.sft import SFT
 from dmlkit.methods.warmup import Warmup
 from dmlkit.methods.zero_shot import ZeroShot
@@ -36,6 +38,7 @@ METHODS: dict[str, Callable[["ExperimentConfig"], Method | None]] = {
     "sft": SFT.from_config,
     "zero_shot": ZeroShot.from_config,
     "warmup": Warmup.from_config,
+    "gsp_diagnostics": GSPDiagnostics.from_config,
 }
 
 

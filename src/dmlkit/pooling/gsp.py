@@ -340,7 +340,8 @@ class GSP(nn.Module):
     ``forward`` returns the pooled features; ``forward_with_plan`` also returns
     the transport plan ``(B, m, n)`` (for the zero-shot prediction loss, Eq. 5.2.3; all zeros
     while a k-centre layer still pools with GAP). Each forward records the entropy of the pooling
-    weights of its batch in ``last_entropy`` (``dmlkit.pooling.gsp_diagnostics``). The prototypes
+    weights of its batch in ``last_entropy`` and the number of local features in ``last_features``
+    (``dmlkit.pooling.gsp_diagnostics``). The prototypes
     are exempt from weight decay (``no_weight_decay``): an idle prototype decayed towards 0 has
     cost about 1 to every unit feature and stops selecting.
     """
@@ -384,7 +385,8 @@ class GSP(nn.Module):
                 )
             self.memory = PrototypeMemory(memory_size, dim, warmup_steps)
             self.register_buffer("ready", torch.zeros((), dtype=torch.bool))
-        self.last_entropy: torch.Tensor | None = None
+        self.last_entropy: torch.Tensor | None = None  # (B,) entropy of the last batch's pooling weights
+        self.last_features = 0  # n, the local features of the last batch
 
     def output_dim(self, input_dim: int) -> int:
         return input_dim
@@ -404,6 +406,7 @@ class GSP(nn.Module):
             return self._warmup(features)
         rho, plan = gsp_transport(gsp_costs(features, self.prototypes), self.mu, self.eps, self.iters)
         self.last_entropy = weight_entropy(gsp_pooling_weights(rho.detach(), self.mu))
+        self.last_features = features.shape[1]
         return _pool(features, rho, self.mu), plan
 
     def _warmup(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -411,6 +414,7 @@ class GSP(nn.Module):
         b, n, _ = features.shape
         pooled = features.mean(dim=1)
         self.last_entropy = torch.full((b,), math.log(n), dtype=features.dtype, device=features.device)
+        self.last_features = n
         if self.training:
             self.memory.add(_unit_ball(pooled.detach()))
             if self.memory.full:
