@@ -73,3 +73,4 @@ def test_bad_init_options():
     with pytest.raises(ValueError, match="warmup_steps"):
         GSP(5, init="kcenter", warmup_steps=-1)
     assert GSP(5).no_weight_decay() == ["prototypes"]
+

@@ -19,6 +19,7 @@ from dmlkit.pooling.gsp import (
     gsp_transport,
     gsp_transport_unrolled,
 )
+from dmlkit.pooling.gsp_gmp import GSPGMP, gsp_gmp
 from dmlkit.pooling.gsp_diagnostics import gsp_pooling_weights, weight_entropy, weight_summary
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS, PrototypeMemory, kcenter_prototypes
 from dmlkit.pooling.netvlad import MAX_CLUSTERS, NetVLAD, netvlad
@@ -37,6 +38,8 @@ __all__ = [
     "gem",
     "GSP",
     "generalized_sum_pool",
+    "GSPGMP",
+    "gsp_gmp",
     "NetVLAD",
     "netvlad",
     "AttentionPool",
