@@ -198,6 +198,38 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ex
     return from_dict(ExperimentConfig, apply_overrides(values, list(overrides)))
 
 
+#: Config sections of training methods and when a config leaves the method off (``methods.*.from_config``).
+METHOD_SWITCHES = {
+    "augment": lambda section: section.get("name") is None,
+    "ccp": lambda section: not section.get("enabled"),
+}
+
+
+def _flatten(values: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(values, dict):
+        return {prefix: values}
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def config_differences(a: ExperimentConfig, b: ExperimentConfig) -> list[str]:
+    """The dotted keys where ``a`` and ``b`` would train differently, sorted.
+
+    The options of a method that both leave off (SFT's ``augment``, ``ccp``) are not compared: a run
+    without SFT is the same run whatever SFT's default centre step is. Load a stored config with
+    ``load_config`` first, so that a field added since takes its default.
+    """
+    left, right = to_dict(a), to_dict(b)
+    for section, is_off in METHOD_SWITCHES.items():
+        if is_off(left[section]) and is_off(right[section]):
+            left.pop(section), right.pop(section)
+    old, new = _flatten(left), _flatten(right)
+    missing = object()
+    return sorted(k for k in old.keys() | new.keys() if old.get(k, missing) != new.get(k, missing))
+
+
 def dump_config(cfg: ExperimentConfig) -> str:
     """The resolved config as YAML text (loads back to an equal config)."""
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 import yaml
 
-from dmlkit.config import ExperimentConfig, from_dict, to_dict
+from dmlkit.config import ExperimentConfig, config_differences, from_dict, to_dict
 from dmlkit.data.cache import cache_root
 from dmlkit.data.catalog import DATASETS
 from dmlkit.models.config import ModelConfig
@@ -116,41 +116,15 @@ def pretrained_key(name: str) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
 
-def _flatten(values: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(values, dict):
-        return {prefix: values}
-    out: dict[str, Any] = {}
-    for k, v in values.items():
-        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-    return out
-
-
-#: Config sections of training methods and when a config leaves the method off (``methods.*.from_config``).
-_METHOD_SWITCHES = {
-    "augment": lambda section: section.get("name") is None,
-    "ccp": lambda section: not section.get("enabled"),
-}
-
-
 def config_drift(stored: str, current: ExperimentConfig) -> list[str]:
-    """The dotted keys where the resolved config ``stored`` (YAML text) and ``current`` differ.
-
-    ``stored`` is loaded as today's config classes load it, so a field added since takes its default;
-    a key that today's classes do not know is reported as ``<stored config: ...>``. The options of a
-    method that both configs leave off (SFT's ``augment``, ``ccp``) are not compared: a recipe without
-    SFT does not go stale when SFT's default centre step changes.
-    """
+    """The dotted keys where the resolved config ``stored`` (YAML text) and ``current`` differ
+    (``config_differences``: a field added since takes its default, the options of a method both leave
+    off are not compared); a key that today's classes do not know is reported as ``<stored config: ...>``."""
     try:
         old_cfg = from_dict(ExperimentConfig, yaml.safe_load(stored) or {})
     except (ValueError, TypeError, KeyError) as err:
         return [f"<stored config: {err}>"]
-    old_values, new_values = to_dict(old_cfg), to_dict(current)
-    for section, is_off in _METHOD_SWITCHES.items():  # a method off on both sides: its options train nothing
-        if is_off(old_values[section]) and is_off(new_values[section]):
-            old_values.pop(section), new_values.pop(section)
-    old, new = _flatten(old_values), _flatten(new_values)
-    missing = object()
-    return sorted(k for k in old.keys() | new.keys() if old.get(k, missing) != new.get(k, missing))
+    return config_differences(old_cfg, current)
 
 
 def pretrained_path(name: str, key: str | None = None) -> Path:

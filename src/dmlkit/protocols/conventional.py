@@ -18,9 +18,14 @@ PROTOCOL_OVERRIDES = {"conventional": ["data.val_fraction=0", "data.folds=0", "d
 
 
 def seed_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """A run's test metrics plus its training time per step (seconds)."""
-    steps = max(int(summary.get("steps", 0)), 1)
-    return {**summary["test"], "seconds_per_step": float(summary["train_seconds"]) / steps}
+    """A run's test metrics plus how it trained: steps run, the step whose weights were tested
+    (``best_step``), training wall time and time per step (seconds)."""
+    steps = int(summary.get("steps", 0))
+    seconds = float(summary["train_seconds"])
+    return {
+        **summary["test"], "steps": float(steps), "best_step": float(summary.get("best_step") or steps),
+        "train_seconds": seconds, "seconds_per_step": seconds / max(steps, 1),
+    }
 
 
 def run_single_model(

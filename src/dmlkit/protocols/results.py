@@ -15,7 +15,8 @@ from dmlkit.protocols.paired import assign_baselines, paired_difference, paired_
 from dmlkit.protocols.table import check_columns, markdown_table, summarise
 
 PROTOCOLS = (*PROTOCOL_OVERRIDES, "fair")
-TIME_COLUMN = [("s/step", "seconds_per_step")]
+TIME_COLUMN = [("steps", "steps", 0), ("best step", "best_step", 0), ("train s", "train_seconds", 0),
+               ("s/step", "seconds_per_step", 2)]
 
 
 def _collect(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Sequence[int], overrides: Sequence[str],

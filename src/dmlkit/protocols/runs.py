@@ -19,7 +19,7 @@ from pathlib import Path
 from functools import partial
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
-from dmlkit.config import ExperimentConfig, dump_config, load_config
+from dmlkit.config import ExperimentConfig, config_differences, dump_config, load_config
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.interrupts import RunsInterrupted
 
@@ -29,9 +29,16 @@ T = TypeVar("T")
 
 
 def _check_same_config(cfg: ExperimentConfig, folder: RunFolder) -> None:
-    """The run in ``folder`` must be of ``cfg``; compared after loading, so keys added later with their defaults match."""
-    if folder.config.is_file() and dump_config(load_config(folder.config)) != dump_config(cfg):
-        raise ValueError(f"'{folder.path}' holds a run of another config; delete it or choose another --out folder")
+    """The run in ``folder`` must be of ``cfg`` (``config_differences``: compared after loading, so keys
+    added later take their defaults, and the options of a method both leave off do not count)."""
+    if not folder.config.is_file():
+        return
+    differences = config_differences(load_config(folder.config), cfg)
+    if differences:
+        raise ValueError(
+            f"'{folder.path}' holds a run of another config (differs in {', '.join(differences[:6])}); "
+            "delete it or choose another --out folder"
+        )
 
 
 def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True) -> dict[str, Any]:

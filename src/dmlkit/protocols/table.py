@@ -64,17 +64,17 @@ def format_mean_std(stat: tuple[float, float] | None, scale: float = 100.0, digi
     return f"{stat[0] * scale:{sign}.{digits}f} ± {stat[1] * scale:.{digits}f}"
 
 
-def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]], columns: str, extra: Sequence[tuple[str, str]] = ()) -> str:
+def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]], columns: str, extra: Sequence[tuple[Any, ...]] = ()) -> str:
     """A markdown table: one row per ``(label, {metric: (mean, std)})``.
 
-    ``extra`` adds ``(header, key)`` columns printed without the percent scaling
-    (e.g. seconds per step).
+    ``extra`` adds ``(header, key)`` or ``(header, key, digits)`` columns printed without the
+    percent scaling (e.g. steps, seconds per step; 2 decimals unless ``digits`` says otherwise).
     """
     cols = check_columns(columns)
-    headers = ["run"] + [h for h, _ in cols] + [h for h, _ in extra]
+    headers = ["run"] + [h for h, _ in cols] + [e[0] for e in extra]
     cells = [
         [label] + [format_mean_std(stats.get(key)) for _, key in cols]
-        + [format_mean_std(stats.get(key), scale=1.0) for _, key in extra]
+        + [format_mean_std(stats.get(e[1]), scale=1.0, digits=e[2] if len(e) > 2 else 2) for e in extra]
         for label, stats in rows
     ]
     return markdown_grid(headers, cells)
