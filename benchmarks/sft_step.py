@@ -19,6 +19,7 @@ import torch
 
 from benchmarks import _harness as h
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
+from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.losses import create_loss, create_miner
 from dmlkit.models import ModelConfig, build_embedder
 
@@ -30,9 +31,10 @@ def _setup(variant: str, classes: int, dim: int, seed: int) -> tuple[torch.nn.Mo
     normalize = "none" if variant == "sft_d" else "l2"
     model = build_embedder(ModelConfig(backbone="resnet20", pooling="gap", embedding_dim=dim, normalize=normalize), in_channels=1)
     loss: torch.nn.Module = create_loss("multi_similarity")
-    if variant != "baseline":
-        loss = FeatureAugmentedLoss(loss, classes, dim, transform=variant, lam=0.2, normalize_input=variant == "sft_d", seed=seed)
     miner = create_miner("multi_similarity")
+    if variant != "baseline":
+        generator = FeatureGenerator(classes, dim, transform=variant, normalize_input=variant == "sft_d", seed=seed)
+        loss = FeatureAugmentedLoss(loss, generator, lam=0.2, miner=miner)
     return model, loss, miner, torch.optim.Adam(list(model.parameters()) + list(loss.parameters()), lr=1e-3)
 
 

@@ -40,6 +40,26 @@ def test_update_equals_hand_computation_of_eq9() -> None:
     torch.testing.assert_close(cc.centers, expected)
 
 
+def test_default_step_is_eq9_as_written() -> None:
+    """alpha = 1 (the default): mu_j <- (mu_j + sum_i x_i) / (1 + n_j), the old centre counted as one sample."""
+    cc = ClassCenters(2, 2)
+    assert cc.alpha == 1.0
+    cc.update(torch.tensor([[1.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 1]))
+    cc.update(torch.tensor([[3.0, 1.0], [5.0, -1.0], [2.0, 2.0]]), torch.tensor([0, 0, 1]))
+    # class 0: ((1,0) + (3,1) + (5,-1)) / 3 = (3, 0); class 1: ((0,2) + (2,2)) / 2 = (1, 2)
+    torch.testing.assert_close(cc.centers, torch.tensor([[3.0, 0.0], [1.0, 2.0]]))
+
+
+def test_batch_cosine_measures_the_lag_before_the_update() -> None:
+    cc = ClassCenters(3, 2)
+    cc.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), torch.tensor([0, 1]))
+    x = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 3.0], [5.0, 5.0]])
+    y = torch.tensor([0, 0, 1, 2])  # class 2 has no centre yet: left out
+    # class 0: cos((1,0), (1,1)) = 1/sqrt(2); class 1: cos((0,1), (0,3)) = 1
+    torch.testing.assert_close(cc.batch_cosine(x, y), torch.tensor((2 ** -0.5 + 1.0) / 2))
+    assert torch.isnan(ClassCenters(3, 2).batch_cosine(x, y))
+
+
 def test_update_matches_loop_reference() -> None:
     cc = ClassCenters(5, 4, alpha=0.3)
     x0, y0 = batch(0, b=40)

@@ -58,3 +58,23 @@ def test_classifier_embedding_needs_a_classifier_loss(tmp_path):
 def test_bad_embedding_source_is_rejected():
     with pytest.raises(ValueError, match="eval.embedding"):
         load_config("configs/quickstart.yaml", ["eval.embedding=logits"])
+
+
+def test_geometry_of_an_sft_d_run_is_measured_on_the_embedding_the_loss_compared(tmp_path):
+    """SFT-d trains on raw head outputs and normalises them in the loss: the divergences must be those of unit vectors."""
+    import torch
+
+    from dmlkit.assemble import load_finished_run
+    from dmlkit.engine.embed import embed_dataset
+
+    sft_d = ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none", "plots=false",
+             "eval.clustering=false", "train.max_steps=2", "train.val_every=2"]
+    run_dir = tmp_path / "sftd"
+    build_trainer(load_config("configs/quickstart.yaml", TINY_OVERRIDES + sft_d), run_dir, quiet=True).fit()
+    report = run_diagnostics(run_dir, plots=False)
+    run = load_finished_run(run_dir)
+    raw, labels = embed_dataset(run.model, run.split("test"), 128)
+    assert float(raw.norm(dim=1).sub(1).abs().max()) > 1e-2  # the raw outputs are not unit vectors
+    unit = torch.nn.functional.normalize(raw, dim=1)
+    per_class = [((unit[labels == c] - unit[labels == c].mean(0)) ** 2).sum(1).mean() for c in labels.unique()]
+    assert report["geometry"]["divergence_mean"] == pytest.approx(float(torch.stack(per_class).mean()), rel=1e-4)

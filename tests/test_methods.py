@@ -11,7 +11,7 @@ from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.objective import ObjectiveTerm
 from dmlkit.methods import METHODS, Method, build_methods
 from dmlkit.methods.ccp import ProjectionTerm
-from dmlkit.methods.sft import GeneratedTerm, NormalizedInputLoss
+from dmlkit.methods.sft import GeneratedTerm, NormalizedInputLoss, NormalizedInputMiner
 from dmlkit.methods.zero_shot import ZeroShotTerm
 from dmlkit.proxies import ProxyPairLoss
 from tests_helpers import TINY_OVERRIDES, fake_train_set
@@ -60,12 +60,29 @@ def test_a_method_plugs_in_with_one_registration_line(tmp_path, monkeypatch):
 
 
 def test_sft_logs_its_real_and_generated_losses(tmp_path):
-    sft = ["augment.name=sft", "augment.lam=0.5", "augment.update_centers_first=true"]
+    sft = ["augment.name=sft", "augment.lam=0.5", "augment.update_centers_first=true", "augment.start_step=2",
+           "data.max_classes=8"]  # 6 training classes: a batch of 4 meets classes of the step before
     build_trainer(load_config("configs/quickstart.yaml", QUICK + sft), tmp_path / "run", quiet=True).fit()
     train = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in train if r["split"] == "train"]
-    assert train and all(r["loss"] == pytest.approx(r["loss/real"] + r["loss/generated"], rel=1e-6) for r in train)
-    assert any(r["loss/generated"] > 0 for r in train)
+    assert len(train) == 4 and all(r["loss"] == pytest.approx(r["loss/real"] + r["loss/generated"], rel=1e-6) for r in train)
+    # the warm-up: nothing generated in the first 2 steps, then a whole batch of 16 (4 classes x 4, targets in the batch)
+    assert [r["sft/generated"] for r in train] == [0, 0, 16, 16]
+    assert [r["loss/generated"] for r in train[:2]] == [0.0, 0.0] and all(r["loss/generated"] > 0 for r in train[2:])
+    for r in train[2:]:
+        assert r["sft/generated_anchors_with_positive"] >= 0.75 and r["sft/generated_positive_pairs"] >= 8
+        assert "sft/generated_mined_positive_pairs" in r  # multi-similarity: the generated term is mined
+    assert "sft/center_cosine" not in train[0]  # no class has a centre before the first update
+    assert all(-1.0 <= r["sft/center_cosine"] <= 1.0 for r in train[1:])
+
+
+def test_the_generated_term_is_mined_by_the_run_miner():
+    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["augment.name=sft", "augment.score=joint"])
+    real, generated = build_model(cfg, fake_train_set(LABELS)).objective.terms
+    assert real.miner is not None and generated.miner is real.miner and generated.score == "joint"
+    sft_d = ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none"]
+    real, generated = build_model(load_config("configs/quickstart.yaml", TINY_OVERRIDES + sft_d), fake_train_set(LABELS)).objective.terms
+    assert isinstance(real.miner, NormalizedInputMiner) and real.miner.miner is generated.miner
 
 
 def test_ccp_wraps_first_so_the_generated_term_scores_against_the_proxies():

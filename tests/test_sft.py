@@ -225,10 +225,29 @@ def test_errors() -> None:
         create_transform("rotate")
 
 
+def _rotation_by_matrix_exp(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Eq. 3-4 built independently of ``_Plane``: exp(angle * (n2 n1^T - n1 n2^T)) applied to each row."""
+    out = []
+    for xi, ai, bi in zip(x, a, b):
+        n1, u = unit(ai), unit(bi)
+        n2 = unit(u - (u @ n1) * n1)
+        angle = torch.arccos((n1 @ u).clamp(-1, 1))
+        out.append(torch.linalg.matrix_exp(angle * (torch.outer(n2, n1) - torch.outer(n1, n2))) @ xi)
+    return torch.stack(out)
+
+
+REFERENCES = {
+    "sft": _rotation_by_matrix_exp,
+    "translation": lambda x, a, b: x + b - a,  # Eq. 2
+    "sft_d": lambda x, a, b: unit(x + b - a),  # Sec. 3.4: Eq. 2, then back onto the sphere
+}
+
+
 @pytest.mark.parametrize("name", list_transforms())
-def test_registry(name: str) -> None:
+def test_registry_entries_equal_their_equation(name: str) -> None:
     x, a, b = data(13)
-    assert create_transform(name)(x, a, b).shape == x.shape
+    reference = REFERENCES[name.replace("-", "_")]
+    torch.testing.assert_close(create_transform(name)(x, a, b), reference(x, a, b), atol=1e-10, rtol=0)
 
 
 @pytest.mark.parametrize("delta", [0.0, 1e-7, 1e-5, 1e-3])

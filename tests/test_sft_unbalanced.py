@@ -119,7 +119,7 @@ def test_unbalanced_scheme_moves_head_features_into_tail_classes_only(seed: int)
         real, gen = spy.calls[-2], spy.calls[-1]
         assert torch.equal(real, labels)
         # one generated feature per head feature, each labelled with a tail class
-        assert gen.numel() == int(split.is_head[labels].sum()) == obj.last_num_generated
+        assert gen.numel() == int(split.is_head[labels].sum()) == obj.generator.last_num_generated
         assert not split.is_head[gen].any()
     assert set(torch.cat(spy.calls[1::2]).tolist()) == set(range(split.num_head, split.num_classes))
 
@@ -131,7 +131,7 @@ def test_balanced_scheme_moves_every_feature_to_another_class() -> None:
     x = torch.nn.functional.normalize(torch.randn(labels.numel(), 8, generator=g), dim=1)
     obj(x, labels)
     spy.calls.clear()
-    targets = obj.targets(labels)
+    targets = obj.generator.targets(labels)
     assert (targets != labels).all() and (targets >= 0).all()
     obj(x, labels)
     assert spy.calls[-1].numel() == labels.numel()

@@ -321,18 +321,28 @@ def sft_config(name: str, ds: str, loss_name: str, aug: str | None, row: str, ta
         backbone_note,
     ] + ([SFT_LOSS_NOTES[loss_name]] if SFT_LOSS_NOTES[loss_name] else [])
     if aug:
-        header.append(f"{'SFT' if aug == 'sft' else 'degenerate SFT (SFT-d)'} with lambda 0.2 and the balanced scheme (Sec. 3.5).")
+        header.append(f"{'SFT' if aug == 'sft' else 'degenerate SFT (SFT-d)'} with lambda 0.2 and the balanced scheme (Sec. 3.5);")
+        header.append("targets among the batch's other classes, generated term mined like the real one (docs/methods/sft.md).")
+    if aug == "sft_d":
+        header.append("SFT-d translates before the L2 normalisation (Sec. 3.4): the head outputs raw features, the loss normalises.")
     sections = [
         f"name: {name}",
         "seed: 0",
         section("data", {"name": ds, "root": None, "image_size": 227, "val_fraction": 0.0, "augment": True, "num_workers": 4},
                 {"root": "set with --set data.root=PATH", "num_workers": "assumed"}),
-        section("model", {"backbone": "timm:inception_v3", "pretrained": True, "pooling": "gap", "embedding_dim": 512, "normalize": "l2"}),
+        section("model", {"backbone": "timm:inception_v3", "pretrained": True, "pooling": "gap", "embedding_dim": 512,
+                          "normalize": "none" if aug == "sft_d" else "l2"}),
         section("loss", loss),
     ]
     if aug:
-        sections.append(section("augment", {"name": aug, "lam": 0.2, "scheme": "balanced", "centers": "update", "alpha": 0.5},
-                                {"alpha": "centre update step (Eq. 9), assumed"}))
+        items: dict[str, object] = {"name": aug, "lam": 0.2, "scheme": "balanced", "target": "batch", "score": "separate",
+                                    "centers": "update", "alpha": 1.0}
+        if aug == "sft_d":
+            items["normalize_input"] = True
+        sections.append(section("augment", items, {
+            "target": "'randomly choose a different class', read as among the batch's classes (assumed)",
+            "alpha": "Eq. 9 as written (no step size in the paper)",
+        }))
     sections.append(section("train", {
         "optimizer": "sgd", "lr": lr, "head_lr": 10 * lr, "momentum": 0.9, "weight_decay": 1.0e-4, "batch_size": 60, "m_per_class": 3,
         "max_steps": 30000, "schedule": "step", "step_size": 10000, "step_gamma": 0.1, "val_every": 1000,

@@ -4,9 +4,17 @@ J(X, Y) + lam * J(X_gen, Y_gen) (Eq. 10)."""
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
 from dmlkit.augment.centers import CENTER_MODES, ClassCenters
-from dmlkit.augment.config import AugmentConfig, build_augmented_loss
+from dmlkit.augment.config import AugmentConfig, build_augmented_loss, build_feature_generator
 from dmlkit.augment.feature_generator import AUGMENT_TRANSFORMS, FeatureGenerator, canonical_transform_name
-from dmlkit.augment.schemes import NO_TARGET, SCHEMES, balanced_targets, split_head_tail, unbalanced_targets
+from dmlkit.augment.generated_score import SCORES, GeneratedBatchStats, score_generated
+from dmlkit.augment.schemes import (
+    NO_TARGET,
+    SCHEMES,
+    TARGET_POLICIES,
+    balanced_targets,
+    split_head_tail,
+    unbalanced_targets,
+)
 from dmlkit.augment.sft import (
     create_transform,
     degenerate_transform,
@@ -23,15 +31,20 @@ __all__ = [
     "ClassCenters",
     "FeatureAugmentedLoss",
     "FeatureGenerator",
+    "GeneratedBatchStats",
     "NO_TARGET",
     "SCHEMES",
+    "SCORES",
+    "TARGET_POLICIES",
     "balanced_targets",
     "build_augmented_loss",
+    "build_feature_generator",
     "canonical_transform_name",
     "create_transform",
     "degenerate_transform",
     "list_transforms",
     "rotation_matrix",
+    "score_generated",
     "spherical_transform",
     "split_head_tail",
     "translation_transform",

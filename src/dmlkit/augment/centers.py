@@ -8,12 +8,12 @@ Modes (the three rows of Table 6, "Impact of center estimation"):
 
 * ``"update"`` (SFT): Eq. 9, the centre-loss style update of Wen et al. (2016)
   ``Delta mu_j = sum_i [y_i = j] (mu_j - x_i) / (1 + sum_i [y_i = j])`` and
-  ``mu_j <- mu_j - alpha * Delta mu_j``. The paper states only ``Delta mu_j``; the step
-  size ``alpha`` is the centre "learning rate" of the centre loss that Eq. 9 is taken from
-  (the SFT paper gives no value; we default to 0.5, the centre loss paper's choice). With
-  ``alpha = 1`` this is ``mu_j <- (mu_j + sum_i x_i) / (1 + n_j)``. A class seen for the
-  first time has no ``mu_j`` to update; its centre is initialised to the mean of its
-  features in that batch.
+  ``mu_j <- mu_j - alpha * Delta mu_j``. The paper states only ``Delta mu_j`` and no step, so
+  Eq. 9 read literally is ``alpha = 1`` (the default): ``mu_j <- (mu_j + sum_i x_i) / (1 + n_j)``,
+  the old centre counted as one more sample. A smaller ``alpha`` (the centre loss paper uses
+  0.5) keeps more of the old centre: less noise from the 3 images of a batch, more lag behind a
+  feature space that moves during training. A class seen for the first time has no ``mu_j`` to
+  update; its centre is initialised to the mean of its features in that batch.
 * ``"random"`` ("Random": skip the centre estimation step): every centre is a random unit
   vector drawn at construction from the given generator and never updated.
 * ``"pick"`` ("Pick": randomly pick one sample from the same class as centre): at every
@@ -59,7 +59,7 @@ class ClassCenters(nn.Module):
         self,
         num_classes: int,
         dim: int,
-        alpha: float = 0.5,
+        alpha: float = 1.0,
         mode: Mode = "update",
         generator: torch.Generator | None = None,
     ) -> None:
@@ -69,7 +69,7 @@ class ClassCenters(nn.Module):
         if int(dim) != dim or dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         if not 0.0 < float(alpha) <= 1.0:
-            raise ValueError(f"alpha must lie in (0, 1] (Eq. 9 step size; 0.5 is the usual choice), got {alpha!r}")
+            raise ValueError(f"alpha must lie in (0, 1] (Eq. 9 step size; 1 is Eq. 9 as written), got {alpha!r}")
         if mode not in CENTER_MODES:
             raise ValueError(f"unknown mode {mode!r}: choose one of {CENTER_MODES}")
         self.num_classes = int(num_classes)
@@ -136,6 +136,21 @@ class ClassCenters(nn.Module):
         self.centers[old] -= self.alpha * delta[old]
         self.centers[new] = sums[new] / counts[new]
         self.initialized |= present
+
+    @torch.no_grad()
+    def batch_cosine(self, features: Tensor, labels: Tensor) -> Tensor:
+        """Centre lag: mean over the batch's classes with a centre of ``cos(mu_j, mean of the batch's x of class j)``.
+
+        Call it before :meth:`update` to measure the centres the transform used. A 0-d tensor (no
+        host sync), NaN when no class of the batch has a centre yet.
+        """
+        labels = self._check_labels(labels, features.shape[0])
+        present, inverse = torch.unique(labels, return_inverse=True)
+        x = features.detach().to(device=self.centers.device, dtype=self.centers.dtype)
+        sums = torch.zeros(present.numel(), self.dim, dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
+        known = self.initialized[present].to(x.dtype)
+        cos = torch.nn.functional.cosine_similarity(self.centers[present], sums, dim=1)
+        return (cos * known).sum() / known.sum()
 
     def get(self, labels: Tensor) -> Tensor:
         """Centres of ``labels``: ``(B,)`` -> ``(B, d)``. Raises ``ValueError`` for a class without a centre."""

@@ -14,13 +14,21 @@ unbalanced scheme and a private ``torch.Generator``. ``step(features, labels)`` 
    swaps the two lines.
 
 Classes without a centre are never targets, and a feature whose own class has no centre is not
-transformed; such features are dropped from the generated batch.
+transformed; such features are dropped from the generated batch. Which other class a feature goes
+to is the target policy (``"batch"``, ``"shared"``, ``"all"``; :mod:`dmlkit.augment.schemes` says
+how "randomly choose a different class" is read and why ``"batch"`` is the default).
+
+``start_step`` delays the augmentation: the first ``start_step`` calls of ``step`` only update
+the centres (Sec. 3.5: "the augmentation process relies on a well trained feature space"), so the
+generated batch starts from warm centres. After each ``step``, ``last_num_generated`` and
+``last_center_cosine`` (the centre lag: mean cosine between the centres before the batch's update
+and the batch's class means, :meth:`~dmlkit.augment.centers.ClassCenters.batch_cosine`) describe it.
 
 ``transform_space(embeddings)`` says in which space the centres and the transform live:
 the unnormalised embeddings for SFT-d (Proposition 2: translate before normalisation, then
 re-project), the L2-normalised ones when ``normalize_input`` is set, the input otherwise.
 
-The generator's RNG state is the module's extra state, so a ``state_dict`` round trip resumes
+The RNG state and the step count are the module's extra state, so a ``state_dict`` round trip resumes
 the same random stream. Used by :class:`~dmlkit.augment.augmented_loss.FeatureAugmentedLoss`
 (a PML-signature loss wrapper) and by the SFT method of the training tool (its own objective term).
 """
@@ -34,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dmlkit.augment.centers import CENTER_MODES, ClassCenters
-from dmlkit.augment.schemes import NO_TARGET, SCHEMES, balanced_targets, split_head_tail
+from dmlkit.augment.schemes import NO_TARGET, SCHEMES, check_policy, draw_targets, mask_head, split_head_tail
 from dmlkit.augment.sft import degenerate_transform, spherical_transform, translation_transform
 
 __all__ = ["AUGMENT_TRANSFORMS", "FeatureGenerator", "canonical_transform_name"]
@@ -60,13 +68,16 @@ class FeatureGenerator(nn.Module):
         dim: embedding dimension ``d``.
         transform: ``"sft"`` (Eq. 3-4), ``"sft_d"`` (Sec. 3.4; alias ``"sft-d"``) or ``"translation"`` (Eq. 2).
         scheme: ``"balanced"`` or ``"unbalanced"`` (Sec. 3.5).
+        target: target policy ``"batch"`` (default), ``"shared"`` or ``"all"`` (:mod:`dmlkit.augment.schemes`).
         centers: centre mode ``"update"`` (Eq. 9), ``"random"`` or ``"pick"`` (Table 6).
-        alpha: step size of the Eq. 9 centre update, in ``(0, 1]``.
+        alpha: step size of the Eq. 9 centre update, in ``(0, 1]``; 1 is Eq. 9 as written.
         tail_threshold: unbalanced scheme: classes with fewer training samples are tail.
         class_counts: ``(C,)`` training-set sample counts; required for ``"unbalanced"``.
         seed: seed of the private ``torch.Generator`` (targets, random/pick centres).
-        normalize_input: the embeddings given are pre-normalisation (see ``transform_space``).
+        normalize_input: the embeddings given are pre-normalisation (see ``transform_space``);
+            required for ``"sft_d"``.
         update_centers_first: update the centres before generating (swap lines 5-6 of Algorithm 1).
+        start_step: number of first steps that only update the centres (no generated batch).
     """
 
     is_head: Tensor
@@ -78,16 +89,26 @@ class FeatureGenerator(nn.Module):
         dim: int,
         transform: str = "sft",
         scheme: str = "balanced",
+        target: str = "batch",
         centers: str = "update",
-        alpha: float = 0.5,
+        alpha: float = 1.0,
         tail_threshold: int = 15,
         class_counts: Tensor | Sequence[int] | None = None,
         seed: int = 0,
         normalize_input: bool = False,
         update_centers_first: bool = False,
+        start_step: int = 0,
     ) -> None:
         super().__init__()
         self.transform = canonical_transform_name(transform)
+        if self.transform == "sft_d" and not normalize_input:
+            raise ValueError(
+                "SFT-d translates before the L2 normalisation and re-projects (Sec. 3.4, Proposition 2): pass "
+                "normalize_input=True and feed the embeddings before their normalisation (in a config: "
+                "augment.normalize_input: true and model.normalize: none)"
+            )
+        if isinstance(start_step, bool) or int(start_step) != start_step or start_step < 0:
+            raise ValueError(f"start_step must be an integer >= 0 (steps before the augmentation starts), got {start_step!r}")
         if scheme not in SCHEMES:
             raise ValueError(f"unknown scheme {scheme!r}: choose one of {SCHEMES}")
         if centers not in CENTER_MODES:
@@ -95,15 +116,19 @@ class FeatureGenerator(nn.Module):
         if int(seed) != seed:
             raise ValueError(f"seed must be an integer, got {seed!r}")
         self.scheme = scheme
+        self.target = check_policy(target)
+        self.start_step = int(start_step)
+        self.steps = 0
         self.tail_threshold = int(tail_threshold)
         self.normalize_input = bool(normalize_input)
         self.update_centers_first = bool(update_centers_first)
-        self.generator = torch.Generator().manual_seed(int(seed))
-        self.centers = ClassCenters(num_classes, dim, alpha=alpha, mode=centers, generator=self.generator)  # type: ignore[arg-type]
+        self.rng = torch.Generator().manual_seed(int(seed))
+        self.centers = ClassCenters(num_classes, dim, alpha=alpha, mode=centers, generator=self.rng)  # type: ignore[arg-type]
         head, tail = self._head_tail(class_counts)
         self.register_buffer("is_head", head.clone())
         self.register_buffer("is_tail", tail.clone())
         self.last_num_generated = 0
+        self.last_center_cosine: Tensor | None = None
 
     def _head_tail(self, class_counts: Tensor | Sequence[int] | None) -> tuple[Tensor, Tensor]:
         c = self.centers.num_classes
@@ -120,18 +145,22 @@ class FeatureGenerator(nn.Module):
         return split_head_tail(counts, self.tail_threshold)
 
     def extra_repr(self) -> str:
-        s = f"transform={self.transform!r}, scheme={self.scheme!r}"
+        s = f"transform={self.transform!r}, scheme={self.scheme!r}, target={self.target!r}"
         if self.scheme == "unbalanced":
             s += f", tail_threshold={self.tail_threshold}"
+        if self.start_step:
+            s += f", start_step={self.start_step}"
         return s + f", normalize_input={self.normalize_input}"
 
     # -- checkpointing of the random stream -------------------------------------------------
     def get_extra_state(self) -> dict[str, Any]:
-        return {"generator_state": self.generator.get_state()}
+        return {"generator_state": self.rng.get_state(), "steps": self.steps}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         if isinstance(state, dict) and "generator_state" in state:
-            self.generator.set_state(state["generator_state"])
+            self.rng.set_state(state["generator_state"])
+        if isinstance(state, dict):
+            self.steps = int(state.get("steps", 0))
 
     # -- inputs -----------------------------------------------------------------------------
     def check_batch(self, embeddings: Tensor, labels: Tensor) -> None:
@@ -156,7 +185,7 @@ class FeatureGenerator(nn.Module):
 
     # -- Algorithm 1 ------------------------------------------------------------------------
     def targets(self, labels: Tensor) -> Tensor:
-        """Target class of each feature by the scheme (``-1``: not transformed), on CPU.
+        """Target class of each feature by the scheme and the target policy (``-1``: not transformed), on CPU.
 
         Only classes with a centre are targets, and features of a class without a centre
         are not transformed.
@@ -164,11 +193,10 @@ class FeatureGenerator(nn.Module):
         avail = self.centers.initialized.detach().cpu()
         y = labels.detach().cpu().long()
         if self.scheme == "balanced":
-            t = balanced_targets(y, avail, self.generator)
+            t = draw_targets(y, torch.nonzero(avail).flatten(), self.target, self.rng)
         else:
-            pool = torch.nonzero(self.is_tail.cpu() & avail).flatten()
-            t = balanced_targets(y, pool, self.generator)  # head labels never lie in the tail pool
-            t = torch.where(self.is_head.cpu()[y], t, torch.full_like(t, NO_TARGET))
+            pool = torch.nonzero(self.is_tail.cpu() & avail).flatten()  # head labels never lie in the tail pool
+            t = mask_head(draw_targets(y, pool, self.target, self.rng), self.is_head.cpu()[y])
         return torch.where(avail[y], t, torch.full_like(t, NO_TARGET))
 
     def generate(self, features: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -185,8 +213,19 @@ class FeatureGenerator(nn.Module):
         mu_to = self.centers.get(y_to).to(x.dtype)
         return _TRANSFORMS[self.transform](x, mu_from, mu_to), y_to
 
+    @property
+    def active(self) -> bool:
+        """Whether the next ``step`` generates (the warm-up of ``start_step`` steps is over)."""
+        return self.steps >= self.start_step
+
     def step(self, features: Tensor, labels: Tensor, generate: bool = True) -> tuple[Tensor, Tensor]:
-        """Lines 5-6 of Algorithm 1 on features in the centres' space; ``generate=False`` only updates the centres."""
+        """Lines 5-6 of Algorithm 1 on features in the centres' space.
+
+        ``generate=False`` (and the first ``start_step`` steps) only update the centres.
+        """
+        generate = generate and self.active
+        self.steps += 1
+        self.last_center_cosine = self.centers.batch_cosine(features, labels)  # lag of the centres before this batch
         if self.update_centers_first or not generate:
             self.centers.update(features, labels)
         if not generate:

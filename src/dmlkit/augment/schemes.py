@@ -5,10 +5,7 @@ into (its entry of ``Y_gen`` in Eq. 10), or ``-1`` when the feature is not trans
 
 * **Balanced train** (:func:`balanced_targets`): "for a feature, we randomly choose a
   different class as target and transform the feature to that class. We do this for every
-  feature in the mini-batch." The target is drawn uniformly among *all* classes that have a
-  centre (``available_classes``), not only those present in the batch, excluding the
-  feature's own class. A feature gets ``-1`` only when no other class is available (the
-  first batches, before other classes have a centre).
+  feature in the mini-batch. After that, we get a new batch of features with different labels."
 * **Unbalanced train** (:func:`unbalanced_targets`): "we set a threshold for the number of
   samples and use it to separate the whole training data into head classes and tail
   classes. For any head features in a mini-batch, we randomly choose a tail class as target
@@ -16,12 +13,36 @@ into (its entry of ``Y_gen`` in Eq. 10), or ``-1`` when the feature is not trans
   counts: following the implementation details of the paper ("we set the classes that have
   less than 15 samples as tail classes"), a class is **tail** if
   ``0 < count < tail_threshold`` and **head** if ``count >= tail_threshold``; classes with
-  no training sample are neither. Head features go to a uniformly drawn tail class (among
-  the tail classes with a centre); tail features are **not transformed** (``-1``): the
-  paper generates features only *into* the tail distributions, from head features.
+  no training sample are neither. Head features go to a tail class; tail features are
+  **not transformed** (``-1``): the paper generates features only *into* the tail
+  distributions, from head features.
+
+**How "randomly choose a different class" is read: the target policy.** The paper does not say
+among which classes the target is drawn, nor whether the features of one class are drawn
+independently. Its data have about 100 training classes and a batch of 20 classes x 3, and its
+batch-size ablation (Sec. 4.2) says that with SFT "the number of positive pairs and negative pairs
+are enlarged": the generated batch is a DML batch with positives, which a pair loss
+``J(X_gen, Y_gen)`` (Eq. 10) needs. Drawing each target over *every* class makes the generated batch
+nearly positive-free once there are many classes (on 1,206 glyph classes: about 1.5 positive pairs
+in a generated batch of 60, against 60 in the real one). The candidate classes are those with a
+centre (``available_classes``), minus the feature's own class, and the policy says which of them:
+
+* ``"batch"`` (the default): a uniformly drawn other class *present in the mini-batch*, for each
+  feature independently. With a P x K batch most generated anchors have a positive (20 x 3: about
+  95%), whatever the number of classes in the training set.
+* ``"shared"``: one target per *source class*, drawn among the other classes of the mini-batch;
+  every feature of that class goes to it, so the P x K structure is kept exactly (each generated
+  class has at least K features).
+* ``"all"``: a uniformly drawn other class among *all* classes with a centre, for each feature
+  independently (the literal, widest reading; the behaviour before issue 18).
+
+The unbalanced scheme applies the same policy among the *tail* classes: ``"batch"`` and
+``"shared"`` draw among the tail classes present in the batch (a head feature gets ``-1`` when the
+batch holds none), ``"all"`` among every tail class with a centre. A feature gets ``-1`` whenever
+its candidate set is empty (the first batches, before other classes have a centre).
 
 Randomness comes only from the ``torch.Generator`` passed in (a CPU generator); the draws
-are vectorised, one ``torch.rand(B)`` per call, so a seed fixes the targets.
+are vectorised, one ``torch.rand`` per call, so a seed fixes the targets.
 """
 
 from __future__ import annotations
@@ -31,10 +52,11 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["NO_TARGET", "balanced_targets", "unbalanced_targets", "split_head_tail", "SCHEMES"]
+__all__ = ["NO_TARGET", "SCHEMES", "TARGET_POLICIES", "balanced_targets", "split_head_tail", "unbalanced_targets"]
 
 NO_TARGET = -1
 SCHEMES = ("balanced", "unbalanced")
+TARGET_POLICIES = ("batch", "shared", "all")
 
 
 def _labels(labels: Tensor) -> Tensor:
@@ -74,8 +96,31 @@ def _draw_other(labels: Tensor, pool: Tensor, generator: torch.Generator) -> Ten
     return torch.where(n > 0, out, torch.full_like(out, NO_TARGET))
 
 
+def check_policy(policy: str) -> str:
+    if policy not in TARGET_POLICIES:
+        raise ValueError(f"unknown target policy {policy!r}: choose one of {TARGET_POLICIES} (see dmlkit.augment.schemes)")
+    return policy
+
+
+def draw_targets(labels: Tensor, pool: Tensor, policy: str, generator: torch.Generator) -> Tensor:
+    """Targets of ``labels`` (CPU long) among ``pool`` (sorted unique class indices) by ``policy``.
+
+    ``"all"`` draws over ``pool``; ``"batch"`` and ``"shared"`` over ``pool`` restricted to the
+    classes of ``labels``; ``"shared"`` draws once per source class. The feature's own class is
+    never its target; ``-1`` where no candidate is left.
+    """
+    check_policy(policy)
+    if policy != "all":
+        present = torch.unique(labels)
+        pool = pool[torch.isin(pool, present)]
+    if policy == "shared":
+        sources, inverse = torch.unique(labels, return_inverse=True)
+        return _draw_other(sources, pool, generator)[inverse]
+    return _draw_other(labels, pool, generator)
+
+
 def balanced_targets(
-    labels: Tensor, available_classes: Tensor | Sequence[int], generator: torch.Generator
+    labels: Tensor, available_classes: Tensor | Sequence[int], generator: torch.Generator, policy: str = "batch"
 ) -> Tensor:
     """Balanced train of Sec. 3.5: each feature to a uniformly drawn *other* class with a centre.
 
@@ -84,12 +129,15 @@ def balanced_targets(
         available_classes: the classes that may be targets (those with a centre), as a
             ``(C,)`` boolean mask or a 1-D tensor/sequence of class indices.
         generator: CPU ``torch.Generator``; the only source of randomness.
+        policy: ``"batch"`` (among the other classes of the batch, per feature), ``"shared"``
+            (one target per source class, among the batch's classes) or ``"all"`` (among all
+            available classes, per feature); see the module docstring.
 
     Returns:
         ``(B,)`` long tensor (on CPU) of target classes, never equal to ``labels``;
         ``-1`` (:data:`NO_TARGET`) where no other class is available.
     """
-    return _draw_other(_labels(labels), _classes(available_classes), generator)
+    return draw_targets(_labels(labels), _classes(available_classes), policy, generator)
 
 
 def split_head_tail(class_counts: Tensor | Sequence[int], tail_threshold: int) -> tuple[Tensor, Tensor]:
@@ -131,6 +179,7 @@ def unbalanced_targets(
     tail_threshold: int,
     generator: torch.Generator,
     available_classes: Tensor | Sequence[int] | None = None,
+    policy: str = "batch",
 ) -> Tensor:
     """Unbalanced train of Sec. 3.5: head features to a uniformly drawn tail class; tail features untouched.
 
@@ -142,11 +191,12 @@ def unbalanced_targets(
         generator: CPU ``torch.Generator``; the only source of randomness.
         available_classes: optional restriction of the targets (classes with a centre), a
             ``(C,)`` boolean mask or class indices; ``None`` means every tail class.
+        policy: which tail classes are candidates: those of the batch (``"batch"``, ``"shared"``:
+            one per source class) or every one (``"all"``); see the module docstring.
 
     Returns:
         ``(B,)`` long tensor (on CPU): a tail class for each head feature, ``-1``
-        (:data:`NO_TARGET`) for tail features and for head features when no tail class is
-        available yet.
+        (:data:`NO_TARGET`) for tail features and for head features without a candidate tail class.
     """
     labels = _labels(labels)
     head, tail = split_head_tail(class_counts, tail_threshold)
@@ -159,5 +209,9 @@ def unbalanced_targets(
         avail[idx[idx < c]] = True
         tail = tail & avail
     pool = torch.nonzero(tail).flatten()
-    targets = _draw_other(labels, pool, generator)  # head labels are never in the tail pool
-    return torch.where(head[labels], targets, torch.full_like(targets, NO_TARGET))
+    return mask_head(draw_targets(labels, pool, policy, generator), head[labels])
+
+
+def mask_head(targets: Tensor, from_head: Tensor) -> Tensor:
+    """Unbalanced train: only head features are transformed (``-1`` for the others)."""
+    return torch.where(from_head, targets, torch.full_like(targets, NO_TARGET))

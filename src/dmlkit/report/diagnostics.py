@@ -4,10 +4,13 @@
 ``diagnostics_<split>.json`` and figures under ``plots/geometry_<split>/``:
 
 * ``geometry``: :func:`dmlkit.evaluation.geometry.geometry_report` of the split's
-  embeddings (r_w of Eq. 8, divergences of Eq. 11, ``||A sigma - sigma||``, spectra);
+  embeddings (r_w of Eq. 8, divergences of Eq. 11, ``||A sigma - sigma||``, spectra), in the
+  space the loss compared (``LoadedRun.features``: for SFT-d, ``model.normalize: none`` with
+  ``augment.normalize_input``, the L2-normalised embedding, not the raw head output);
 * ``metric_bounds`` (only for a classifier loss with a metric criterion, ce_weak /
   ce_metric): Lemmas 3-4 of seed 002 on the *training* images (un-augmented), where
-  ``eps`` is the sup of the training loss. ``eps`` is taken over every training image;
+  ``eps`` is the sup of the training loss, with the classifier applied to the features the loss
+  received (``LoadedRun.features`` again). ``eps`` is taken over every training image;
   the pairwise bounds are checked on ``max_pairs_samples`` images drawn with the run's seed
   (all ``N^2`` pairs of the whole train split would cost ``O(N^2 c)``).
 """
@@ -32,7 +35,7 @@ def classifier_bounds(run: Any, max_pairs_samples: int = 1000) -> dict[str, Any]
     if not isinstance(classifier, MetricCrossEntropyLoss):
         return None
     train = build_splits(run.cfg).train.with_augment(False)
-    features, labels = embed_dataset(run.model, train, run.cfg.eval.batch_size)
+    features, labels = embed_dataset(run.features, train, run.cfg.eval.batch_size)  # what the classifier loss received
     with torch.no_grad():
         outputs = classifier.outputs(features).double()
         eps_all = float(classifier.criterion.distance(outputs, _one_hot(labels, outputs.shape[1], outputs.dtype)).max())

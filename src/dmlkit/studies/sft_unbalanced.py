@@ -61,6 +61,7 @@ import torch
 from torch import Tensor, nn
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
+from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.data import create_dataset
 from dmlkit.data.seeding import derive_seed, make_generator
 from dmlkit.losses import create_loss
@@ -236,18 +237,18 @@ def build_objective(method: str, classifier: nn.Module, split: UnbalancedSplit, 
         raise ValueError(f"unknown method {method!r}: choose from {METHODS}")
     if method == "baseline":
         return classifier
-    return FeatureAugmentedLoss(
-        classifier,
-        num_classes=split.num_classes,
-        dim=cfg.embedding_dim,
+    generator = FeatureGenerator(
+        split.num_classes,
+        cfg.embedding_dim,
         transform=cfg.transform,
-        lam=cfg.lam,
         scheme=method,
+        target="all",  # a classifier loss needs no in-batch positives; the study's tables were measured so
         alpha=cfg.alpha,
         tail_threshold=cfg.threshold,
         class_counts=split.class_counts,
         seed=derive_seed(seed, _AUGMENTER),
     )
+    return FeatureAugmentedLoss(classifier, generator, lam=cfg.lam)
 
 
 # ------------------------------------------------------------------------------ training
@@ -301,7 +302,7 @@ def train_method(method: str, cfg: UnbalancedStudyConfig, seed: int, train_ds: A
         loss.backward()
         optimizer.step()
         schedule.step()
-        generated += int(getattr(objective, "last_num_generated", 0))
+        generated += objective.last_stats.num_generated if isinstance(objective, FeatureAugmentedLoss) else 0
     acc = _accuracy(model, classifier, test_ds, split)
     return {"method": method, "seed": seed, **acc, "generated_features": generated,
             "final_loss": float(loss.detach()), "seconds": round(time.perf_counter() - started, 1)}
