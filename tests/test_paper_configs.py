@@ -81,6 +81,8 @@ def test_configs_train_a_few_steps_on_miniatures(name, tmp_path):
         overrides += ["train.warmup_steps=1"]  # the switch from head-only to full training happens in the run
     if base.ccp.enabled:
         overrides += ["ccp.proxies_per_class=2", "ccp.pool_size=3"]
+    if base.model.local_dim is not None:
+        overrides += ["model.local_dim=16"]  # the pooled local embedding is the 16-d embedding (model.head: none)
     if base.train.sampler == "fastap_hard" and base.data.name != "vehicleid":
         overrides += ["train.sampler_params.small_categories=replace"]
     cfg = load_config(PAPER / f"{name}.yaml", overrides)
