@@ -5,7 +5,8 @@ the same batch (``batch`` images, 4 per class, from ``torch.Generator().manual_s
 Adam, contrastive loss C1:
 
 * ``plain``: ``loss(z, y)`` on the batch's own pairs;
-* ``ccp``: ``ProxyPairLoss`` against ``classes x proxies`` proxies (Eq. 3.2.11) + the projection term
+* ``ccp``: ``ProxyPairLoss`` against ``classes x proxies`` proxies (Eq. 3.2.11) + the batch term
+  ``w * loss(z, y)`` (``ccp.batch_loss_weight``, default 0.1 as the official code) + the projection term
   ``lam/2 ||theta - theta*||^2``, proxies in the optimiser.
 
 Each is timed (forward, loss, backward, optimiser step) after ``warmup`` untimed steps, the two
@@ -31,7 +32,7 @@ import torch
 from benchmarks import _harness as h
 from dmlkit.losses import create_loss
 from dmlkit.models import ModelConfig, build_embedder
-from dmlkit.proxies import ProjectionRegularizer, ProxyBank, ProxyPairLoss, greedy_k_center
+from dmlkit.proxies import CCPConfig, ProjectionRegularizer, ProxyBank, ProxyPairLoss, greedy_k_center
 
 __all__ = ["main", "run"]
 
@@ -65,7 +66,8 @@ def time_steps(
     proxy_loss = ProxyPairLoss(loss, bank)
     reg = ProjectionRegularizer(model, lam)
     plain = _step_fn(model, lambda z: loss(z, y), list(model.parameters()), x)
-    ccp = _step_fn(model, lambda z: proxy_loss(z, y) + reg(), [*model.parameters(), bank.proxies], x)
+    w = CCPConfig().batch_loss_weight  # the default objective: w * L(batch, batch) + L(batch, proxies) + projection
+    ccp = _step_fn(model, lambda z: proxy_loss(z, y) + w * loss(z, y) + reg(), [*model.parameters(), bank.proxies], x)
     # interleaved, so that drift of a shared machine hits both alike
     times = h.interleaved({"plain": plain, "ccp": ccp}, repeats, warmup, sync=_sync(device))
     ratio = statistics.median(c / p for p, c in zip(times["plain"], times["ccp"]))
