@@ -27,6 +27,7 @@ STUDIES = {
     "gsp-synthetic": "dmlkit.studies.gsp_synthetic",
     "collage": "dmlkit.studies.collage",
     "pcc": "dmlkit.studies.pcc",
+    "gsp-zero-shot": "dmlkit.studies.gsp_zero_shot",
 }
 
 
