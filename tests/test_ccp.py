@@ -86,6 +86,12 @@ def test_proxy_anchor_swaps_the_roles_of_proxies_and_samples():
     triplet = pml_losses.TripletMarginLoss(margin=0.1)
     assert float(ProxyPairLoss(triplet, bank)(x, y).detach()) == pytest.approx(sample_anchor, rel=1e-4)
     assert float(ProxyPairLoss(triplet, bank, proxy_anchor=True)(x, y).detach()) == pytest.approx(proxy_anchor, abs=1e-6)
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3",
+                                                                      "ccp.proxy_anchor=true"])
+    assert build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0].loss.proxy_anchor is True
+    for key in ("proxy_anchor", "restore_best"):
+        with pytest.raises(ValueError, match=f"ccp.{key} must be true or false"):
+            CCPConfig(**{key: "yes"})
 
 
 def test_batch_term_adds_the_weighted_batch_pair_loss():
