@@ -162,6 +162,20 @@ def test_pcc_study_writes_its_table(tmp_path):
 
     rows = run_study(tmp_path, ks=(4, 16), classes=2, per_class=3)
     assert [r["k"] for r in rows] == [4, 16] and all(r["bound_holds"] == 1.0 for r in rows)
-    assert rows[1]["delta"] <= rows[0]["delta"]  # more greedy centres never cover worse
     assert "| 16 |" in (tmp_path / "table.md").read_text()
     assert (tmp_path / "pcc_error.png").stat().st_size > 1000
+
+
+def test_pcc_table_on_a_case_with_a_known_answer():
+    """Local features on the corners of a 0.3 x 0.4 rectangle. k = 4: every feature is a prototype, PCC = GAP.
+    k = 2: greedy k-centre from corner 0 takes the opposite corner (0.3, 0.4); (0.3, 0) joins corner 0 and (0, 0.4)
+    joins (0.3, 0.4), so delta = 0.3 and the PCC errors are 0.075 and 0.15 (worked out by hand)."""
+    from dmlkit.studies.pcc import pcc_table
+
+    a0, a1, a2, a3 = torch.tensor([[0.0, 0.0], [0.3, 0.0], [0.0, 0.4], [0.3, 0.4]], dtype=torch.float64)
+    features = torch.stack([torch.stack([a0, a0, a1, a3]), torch.stack([a2, a2, a2, a1])])
+    two, four = pcc_table(features, ks=(2, 4))
+    assert four["delta"] == 0.0 and four["max_error"] == pytest.approx(0.0, abs=1e-12)
+    assert two["delta"] == pytest.approx(0.3)
+    assert two["errors"] == pytest.approx([0.075, 0.15])
+    assert two["max_error"] == pytest.approx(0.15) and two["bound_holds"] == 1.0
