@@ -254,6 +254,18 @@ def test_joint_score_puts_the_real_batch_beside_the_generated_one() -> None:
     assert not torch.allclose(separate(x, y), expected)
 
 
+def test_joint_counts_the_real_positives_of_generated_anchors() -> None:
+    """Two classes, one image each: targets 1 and 0, no positive among X_gen, each a real one."""
+    x, y = batch(5, b=2, c=2)
+    share = {}
+    for score in ("separate", "joint"):
+        aug = augmented(MultiSimilarityLoss(), c=2, lam=1.0, score=score).double()
+        warm(aug, c=2)
+        aug(x, y)
+        share[score] = aug.last_stats.anchors_with_positive
+    assert share == {"separate": 0.0, "joint": 1.0}
+
+
 def test_ref_emb_reaches_the_miner_and_the_loss_of_both_terms() -> None:
     x, y = two_class_batch(3)
     ref, ref_y = batch(20, b=8)
@@ -344,6 +356,10 @@ def test_centre_lag_is_the_cosine_to_the_batch_class_means() -> None:
     means = torch.stack([x[y == c].mean(0) for c in range(C)])
     expected = F.cosine_similarity(mu, means, dim=1).mean()
     torch.testing.assert_close(gen.last_center_cosine, expected)
+    first = FeatureGenerator(C, D, update_centers_first=True).double()  # measured before the update in this order too
+    warm(first)
+    first.step(x, y)
+    torch.testing.assert_close(first.last_center_cosine, expected)
 
 
 def test_determinism_given_seed_and_state_dict_round_trip() -> None:
