@@ -110,7 +110,7 @@ def test_collage_study_tiny_budget(tmp_path):
 
     results = run_study(tmp_path, ["gsp+zs"], max_steps=2, val_every=2, per_class=4, samples=3, seeds=[0, 1])
     assert [(r["variant"], r["seed"]) for r in results] == [("gsp+zs", 0), ("gsp+zs", 1)]
-    assert all(0.0 <= r["foreground_weight_share"] <= 1.0 for r in results)
+    assert all(0.0 <= r["foreground_weight_share"] <= 1.0 for r in results)  # the known answers: test_foreground_share_*
     assert (tmp_path / "heatmaps.png").stat().st_size > 1000
     assert "| gsp+zs | 2 |" in (tmp_path / "table.md").read_text()
     summary = tmp_path / "runs" / "gsp_zs-seed1" / "summary.json"
@@ -179,3 +179,26 @@ def test_pcc_table_on_a_case_with_a_known_answer():
     assert two["delta"] == pytest.approx(0.3)
     assert two["errors"] == pytest.approx([0.075, 0.15])
     assert two["max_error"] == pytest.approx(0.15) and two["bound_holds"] == 1.0
+
+
+def test_foreground_share_known_answers(collages):
+    """GAP weighs every location 1/n: its share is the foreground quarter's 0.25 exactly; all weight inside the
+    mask gives 1, all outside 0; a GSP model's weights (plan summed over prototypes / mu) sum to 1 per image."""
+    from dmlkit.models import ModelConfig, build_embedder
+    from dmlkit.studies.collage import foreground_share, pooling_weights
+
+    _, test = collages
+    images, _ = test.get_batch(range(8))
+    mask = test.foreground_mask(8, 8)[:8]
+    assert mask.flatten(1).sum(1).tolist() == [16] * 8  # one 4 x 4 quarter of the 8 x 8 map
+    gap = build_embedder(ModelConfig(backbone="resnet20", embedding_dim=8), in_channels=test.in_channels)
+    weights, hw = pooling_weights(gap, images)
+    assert hw == (8, 8) and foreground_share(weights, hw, mask) == pytest.approx(0.25, abs=1e-7)
+    inside = mask.flatten(1).double()  # unnormalised: the share divides by the total weight
+    assert foreground_share(inside, hw, mask) == pytest.approx(1.0)
+    assert foreground_share((~mask).flatten(1).double() / 48, hw, mask) == pytest.approx(0.0)
+    gsp = build_embedder(ModelConfig(backbone="resnet20", embedding_dim=8, pooling="gsp",
+                                     pooling_params={"num_prototypes": 4, "mu": 0.3, "eps": 20.0}), in_channels=test.in_channels)
+    weights, _ = pooling_weights(gsp, images)
+    torch.testing.assert_close(weights.sum(1), torch.ones(8), atol=1e-4, rtol=0)
+    assert weights.std(1).max() > 1e-4  # GSP at eps 20 is not uniform
