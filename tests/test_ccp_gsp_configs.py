@@ -28,11 +28,14 @@ MINIATURES = {
 @pytest.mark.parametrize("dataset", sorted(MINIATURES))
 def test_ccp_gsp_zero_shot_config_builds_with_every_term(dataset, tmp_path):
     path = PAPER / f"thesis_t5.1_c1_ccp_gsp_{dataset}.yaml"
-    cfg = load_config(path, [
+    overrides = [
         f"data.root={MINIATURES[dataset](tmp_path / dataset)}", "data.image_size=32", "data.num_workers=0",
         "model.backbone=resnet20", "model.pretrained=false", "model.embedding_dim=16", "train.batch_size=12",
         "ccp.proxies_per_class=2", "ccp.pool_size=3",
-    ])
+    ]
+    if load_config(path).model.local_dim is not None:
+        overrides += ["model.local_dim=16"]  # the pooled local embedding is the 16-d embedding (model.head: none)
+    cfg = load_config(path, overrides)
     parts = build_run(cfg)
     terms = {t.name: t for t in parts.objective.terms}
     assert list(terms) == ["metric", "batch", "projection", "zero_shot"]
