@@ -6,6 +6,7 @@ import pytest
 
 from dmlkit.cli import main
 from dmlkit.config import load_config
+from dmlkit.evaluation.geometry import r_w
 from dmlkit.report.diagnostics import run_diagnostics
 from dmlkit.assemble import embed_run, evaluate_run
 from dmlkit.assemble import build_trainer
@@ -30,14 +31,36 @@ def test_classifier_outputs_are_the_evaluated_embedding(ce_run):
     assert evaluate_run(ce_run)["precision_at_1"] == pytest.approx(summary["test"]["precision_at_1"])
 
 
-def test_metric_bounds_hold_on_the_trained_model(ce_run):
+def test_metric_bounds_are_those_of_the_trained_model(ce_run):
+    """The Lemma 3-4 quantities recomputed by hand: eps over the training images, the largest same-class distance."""
+    import torch
+
+    from dmlkit.assemble import build_splits, find_classifier, load_finished_run
+    from dmlkit.engine.embed import embed_dataset
+
     report = run_diagnostics(ce_run)
     bounds = report["metric_bounds"]
-    assert bounds["same_class_guaranteed"] and bounds["different_class_guaranteed"]
-    assert bounds["same_class_holds"] and bounds["different_class_holds"]
-    assert bounds["max_same_class"] <= 2 * bounds["eps"] + 1e-9
-    assert bounds["eps"] <= bounds["eps_all_train"] + 1e-12
-    assert 0.0 <= report["geometry"]["r_w"] <= 1.0
+    assert bounds["same_class_guaranteed"] and bounds["different_class_guaranteed"]  # CE'' is a metric
+    run = load_finished_run(ce_run)
+    classifier = find_classifier(run.objective)
+    features, labels = embed_dataset(run.features, build_splits(run.cfg).train.with_augment(False), 128)
+    with torch.no_grad():
+        out = classifier.outputs(features).double()
+    d = classifier.criterion.d  # the per-class distance; L(a, b) = sum_i d(a_i, b_i)
+    onehot = torch.eye(out.shape[1], dtype=torch.float64)[labels]
+    to_label = torch.stack([d(out[i], onehot[i]).sum() for i in range(len(out))])
+    assert bounds["eps_all_train"] == pytest.approx(float(to_label.max()))
+    pick = torch.randperm(len(labels), generator=torch.Generator().manual_seed(run.cfg.seed))[:1000]
+    o, y = out[pick], labels[pick]
+    same = [float(d(o[i], o[j]).sum()) for i in range(len(y)) for j in range(i + 1, len(y)) if y[i] == y[j]]
+    assert bounds["eps"] == pytest.approx(float(to_label[pick].max()))
+    assert bounds["max_same_class"] == pytest.approx(max(same))
+    two_m = float(d(torch.zeros(2, dtype=torch.float64), torch.tensor([0.0, 1.0], dtype=torch.float64)).sum()) * 2
+    assert bounds["label_distance"] == pytest.approx(two_m)
+    assert bounds["same_class_bound"] == pytest.approx(2 * bounds["eps"])
+    assert bounds["different_class_bound"] == pytest.approx(two_m - 2 * bounds["eps"])
+    test_features, test_labels = embed_dataset(run.features, run.split("test"), 128)  # the features, not the class outputs
+    assert report["geometry"]["r_w"] == pytest.approx(r_w(test_features, test_labels), rel=1e-6)
     for figure in report["figures"]:
         assert (ce_run / "plots" / "geometry_test" / figure.split("/")[-1]).stat().st_size > 0
     assert json.loads((ce_run / "diagnostics_test.json").read_text())["metric_bounds"]["eps"] == bounds["eps"]

@@ -95,8 +95,12 @@ def test_spectra_see_equal_eigenvalues_behind_different_variances():
 
 def test_report_and_bad_input():
     x, y = _data()
-    report = geometry_report(x.float(), y)
-    assert 0.0 <= report["r_w"] <= 1.0 and report["divergence_std"] >= 0
+    report = geometry_report(x, y)
+    # the report carries the values of the functions checked against brute force above
+    assert report["r_w"] == pytest.approx(r_w(x, y, report["r_w_energy"]))
+    div = class_divergences(x, y)
+    assert report["divergence_mean"] == pytest.approx(float(div.mean()))
+    assert report["divergence_std"] == pytest.approx(float(div.std(correction=0)))
     with pytest.raises(ValueError, match="NaN"):
         r_w(torch.full((4, 2), float("nan")), torch.tensor([0, 0, 1, 1]))
     with pytest.raises(ValueError, match="two classes"):
