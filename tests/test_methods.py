@@ -116,3 +116,23 @@ def test_methods_that_would_fight_over_the_loop_are_refused(monkeypatch):
     monkeypatch.setitem(METHODS, "b", lambda cfg: Encoder())
     with pytest.raises(ValueError, match="embed the training batch"):
         build_trainer(load_config("configs/quickstart.yaml", QUICK), "unused", quiet=True)
+
+
+@pytest.mark.parametrize("name, baseline, transform", [
+    ("testbed_sft", "testbed", "sft"), ("testbed_sft_d", "testbed", "sft_d"),
+    ("testbed_translation", "testbed", "translation"), ("testbed_npair_sft", "testbed_npair", "sft"),
+])
+def test_testbed_sft_configs_change_only_the_augmentation(name, baseline, transform):
+    """Issue 18's measurement: each variant is its baseline plus the faithful augment section (lam 0.2 as the paper)."""
+    import dataclasses
+
+    cfg = load_config(f"configs/testbed/{name}.yaml")
+    base = load_config(f"configs/testbed/{baseline}.yaml")
+    a = cfg.augment
+    assert cfg.name == name and name.startswith(baseline)  # paired seed by seed with --baseline <baseline>
+    assert (a.name, a.lam, a.scheme, a.target, a.score, a.centers, a.alpha, a.start_step) == (
+        transform, 0.2, "balanced", "batch", "separate", "update", 1.0, 0)
+    assert a.normalize_input == (transform == "sft_d") and cfg.model.normalize == ("none" if transform == "sft_d" else "l2")
+    for section in ("data", "loss", "train", "eval"):
+        assert getattr(cfg, section) == getattr(base, section), section
+    assert dataclasses.replace(cfg.model, normalize=base.model.normalize) == base.model
