@@ -5,7 +5,9 @@ One model (the quickstart embedder: ResNet-20 on 1x32x32 glyph-sized images, 128
 miner. Each variant runs forward, loss, backward and an Adam step ``repeats`` times, interleaved
 round-robin with the others so that machine load hits all alike; the median is reported with its
 ratio to the plain step. Variants: ``baseline`` (loss only), ``translation`` (Eq. 2), ``sft``
-(Eq. 3-4 with Eq. 9 centres), ``sft_d`` (Sec. 3.4; the model without its L2 layer), each at lam 0.2.
+(Eq. 3-4 with Eq. 9 centres), ``sft_d`` (Sec. 3.4; the model without its L2 layer), each at lam 0.2
+with the library's defaults (targets among the batch's classes, the generated term mined by the same
+multi-similarity miner, the centre lag and generated-batch statistics computed).
 
 Part of ``dmlkit bench sft`` (its second table; ``--step-repeats 0`` skips it).
 """
