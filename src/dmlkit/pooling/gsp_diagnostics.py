@@ -2,7 +2,8 @@
 
 GSP pools with the weights ``w_j = (1/n - rho_j) / mu`` of Eq. 5.2.1 (``sum_j w_j = 1``, ``w_j >= 0``).
 Their entropy ``H(w) = -sum_j w_j log w_j`` is ``log n`` for GAP (uniform weights) and
-``log(mu n)`` when exactly a fraction ``mu`` of the features is kept with equal weights (the
+``log(mu n)`` when exactly a fraction ``mu`` of the features is kept with equal weights, its lowest value at
+convergence since each weight is at most ``1/(mu n)`` (the
 hard top-k limit of (P2), large ``eps``); ``exp(H)`` is the effective number of pooled
 features. With the thesis' cost normalisation and eps 0.5 to 5 an untrained GSP layer is close
 to ``log n``: only training that spreads the costs makes it select.
