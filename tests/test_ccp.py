@@ -449,3 +449,16 @@ def test_resume_with_ccp_reaches_the_same_state(ccp_run, tmp_path, where):
     strip = lambda rs: [(r["split"], r["step"], r.get("mean_average_precision_at_r")) for r in rs]  # noqa: E731
     resumed_records = [json.loads(line) for line in (interrupted / "metrics.jsonl").read_text().splitlines()]
     assert strip(resumed_records) == strip(records)
+
+
+def test_the_2d_figure_has_a_panel_per_finished_projection(tmp_path):
+    """ccp.plot: one panel per projection end (its rho* and the next k-centre picks) and the final state."""
+    run_dir = tmp_path / "plot"
+    trainer = build_trainer(ccp_config("ccp.plot=true", "plots=true", "train.max_steps=5"), run_dir, quiet=True)
+    summary = trainer.fit()
+    ccp = next(cb for cb in trainer.callbacks if type(cb).__name__ == "CCPCallback")
+    started = summary["ccp"]["projections"] - 1  # projection ends that started a next projection
+    assert len(ccp.panels) == started >= 1 and (run_dir / "plots" / "ccp_proxies.png").stat().st_size > 0
+    first = ccp.panels[0]
+    assert first["converged"].shape == first["next"].shape == (first["converged_labels"].numel(), 16)
+    assert not torch.equal(first["converged"], first["next"])  # the next proxies are new samples, not rho*

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from dmlkit.losses.distances import build_distance
 from dmlkit.losses.registry import create_loss, create_miner, default_miner, get_loss_entry, list_miners
 
 __all__ = ["DEFAULT_MINER", "LossConfig", "build_loss"]
@@ -26,7 +27,8 @@ class LossConfig:
 
     Attributes:
         name: a name of ``list_losses()``.
-        params: hyper-parameters overriding the loss' documented defaults.
+        params: hyper-parameters overriding the loss' documented defaults; ``distance`` may be a
+            mapping ``{name: lp, normalize_embeddings: false}`` (``dmlkit.losses.distances``).
         miner: ``"default"`` = the loss' default miner (``multi_similarity`` for
             ``multi_similarity``, none for most), a name of ``list_miners()``, or
             None for no miner.
@@ -68,6 +70,8 @@ def build_loss(
     """
     entry = get_loss_entry(cfg.name)
     params = dict(cfg.params)
+    if isinstance(params.get("distance"), dict):
+        params["distance"] = build_distance(params["distance"])
     if cfg.name == "xbm":
         if cfg.miner != DEFAULT_MINER or cfg.miner_params:
             if "miner" in params or "miner_params" in params:

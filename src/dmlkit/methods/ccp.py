@@ -164,6 +164,7 @@ class CCPCallback(Callback):
         self.cfg, self.bank, self.regularizer, self.max_steps = cfg, bank, regularizer, max_steps
         self.train_set, self.seed, self.batch_size = train_set, seed, batch_size
         self.last_pool: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.panels: list[dict] = []  # ccp.plot: one figure panel per projection end (not kept across a resume)
 
     # ------------------------------------------------------------- hooks
     def on_train_start(self, trainer: TrainerView) -> None:
@@ -225,7 +226,11 @@ class CCPCallback(Callback):
         else:  # official: only the anchors move; the network keeps its current weights
             self.regularizer.snapshot(from_best=True)
             initial = self.bank.rho_star.clone()
+        converged = self.bank.per_class(initial).reshape(-1, self.bank.dim).cpu()  # rho* as the loss sees it
         self._start_projection(trainer, initial=initial, first=False)
+        if self.cfg.plot and trainer.fabric.is_global_zero and trainer.plots:
+            self.panels.append(self._panel(trainer, converged, self.bank.reference().detach().cpu(),
+                                           f"projection {ended['projection']} (best MAP@R {ended['best']:.3f})"))
         self._log_projection(trainer, ended, self._pool_geometry())
 
     def _start_projection(self, trainer: TrainerView, initial: torch.Tensor | None, first: bool) -> None:
@@ -268,22 +273,29 @@ class CCPCallback(Callback):
             trainer.log.append({"split": "ccp", "step": record["end_step"], **record, **geometry})
 
     # -------------------------------------------------------------------- plot
-    def _plot(self, trainer: TrainerView) -> None:
-        from dmlkit.viz.proxies import proxy_figure
-
+    def _panel(self, trainer: TrainerView, converged: torch.Tensor, nxt: torch.Tensor | None, title: str) -> dict:
+        """Samples of the first 20 training classes (current network), converged and next proxies of those classes."""
         train = _plain(self.train_set)
         keep = torch.nonzero(train.labels < 20).flatten()
         samples, labels = embed_dataset(trainer.model, Subset(train, keep.tolist()), self.batch_size, trainer.fabric.device)
+        proxy_labels = self.bank.labels.cpu()
+        shown = proxy_labels < 20
+        return {"samples": samples, "labels": labels, "converged": converged[shown], "converged_labels": proxy_labels[shown],
+                "next": None if nxt is None else nxt[shown], "next_labels": proxy_labels[shown], "title": title}
+
+    def _plot(self, trainer: TrainerView) -> None:
+        """``plots/ccp_proxies.png``: one panel per finished projection (converged proxies = its rho*, next = the
+        k-centre picks that started the next one), and the final network with its proxies and their next picks."""
+        from dmlkit.viz.proxies import proxy_panels
+
         bank = self.bank
-        converged = bank.reference().detach().cpu()
         pool_emb, pool_labels = self.last_pool or self._embed_pool(trainer, trainer.stopper.projection + 1)
         pool, mask, rows = group_by_class(pool_emb, pool_labels, bank.num_classes)
         picks = select_per_class(pool, mask, bank.proxies_per_class, bank.in_pool_space().cpu())
         nxt = pool_emb[torch.gather(rows, 1, picks).flatten()]
-        shown = bank.labels.cpu() < 20
+        final = self._panel(trainer, bank.reference().detach().cpu(), nxt, "final (best weights)")
         trainer.folder.plots.mkdir(exist_ok=True)
-        proxy_figure(samples, labels, converged[shown], bank.labels.cpu()[shown], nxt[shown], bank.labels.cpu()[shown],
-                     trainer.folder.plots / "ccp_proxies.png")
+        proxy_panels([*self.panels, final], trainer.folder.plots / "ccp_proxies.png")
 
 
 class CCP(Method):
