@@ -231,6 +231,7 @@ def test_generated_features_are_the_rotation_into_the_target_class() -> None:
 
     aug = augmented(recording_loss, lam=0.5).double()  # type: ignore[arg-type]
     warm(aug)
+    aug.generator.centers.centers.mul_(2.5)  # centres off the sphere: only their directions may matter (Eq. 4)
     mu = aug.generator.centers.centers.clone()
     aug(x, y)
     (x0, y0), (xg, yg) = seen
