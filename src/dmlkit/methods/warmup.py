@@ -4,7 +4,8 @@ objective's parameters (proxies) learn; the backbone's learning rate is 0.
 The proxy-based baselines of the thesis (ProxyAnchor, ProxyNCA++, SoftTriple; Sec. 3.3.2.1)
 "perform 1 epoch warm-up training of the embedding layer"; set ``train.warmup_steps`` to the
 steps of one epoch (``len(train) // batch_size``) for that.  Implemented as a learning rate of 0
-for the ``body`` parameter group (backbone and pooling), restored to ``train.lr`` when the
+for the ``body`` parameter group (the backbone; the new layers on top of it -- 1x1 local projection, pooling,
+head -- learn at ``train.head_lr`` in the ``head`` group), restored to ``train.lr`` when the
 warm-up ends; it is a function of the step, so a resumed run warms up exactly as an
 uninterrupted one.  (Batch-norm running statistics of the backbone still update in training mode.)
 """
