@@ -15,7 +15,8 @@ Embed query and reference sets, then
   accuracy and TAR at FAR from pair scores (``verification``);
 * :func:`geometry_report`, :func:`r_w`, ... -- the SFT paper's embedding geometry
   (``geometry``); :func:`pcc_diagnostics`, ... -- prototype convex combinations of
-  the thesis' Ch. 4 (``pcc``).
+  the thesis' Ch. 4 (``pcc``); :func:`zero_shot_attribute_eval` -- zero-shot prediction
+  from GSP's pseudo-attributes, the thesis' Sec. 5.3.3 (``zero_shot``).
 
 Nothing here imports training code.
 """
@@ -34,6 +35,7 @@ from dmlkit.evaluation.geometry import (
 )
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
 from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
+from dmlkit.evaluation.zero_shot import class_means, zero_shot_attribute_eval
 from dmlkit.evaluation.retrieval import metric_names, retrieval_metrics
 from dmlkit.evaluation.streaming import APPROX_METHODS, clustering_metrics_from_file, retrieval_metrics_from_file
 from dmlkit.evaluation.verification import (
@@ -82,4 +84,7 @@ __all__ = [
     "prototype_cover_delta",
     "prototype_histogram",
     "nearest_prototype",
+    # zero-shot prediction from GSP pseudo-attributes (thesis Sec. 5.3.3)
+    "zero_shot_attribute_eval",
+    "class_means",
 ]
