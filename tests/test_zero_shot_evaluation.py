@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from dmlkit.evaluation.zero_shot import class_means, zero_shot_attribute_eval
+from dmlkit.evaluation.zero_shot import per_class_means, zero_shot_attribute_eval
 
 
 def _case(linear: bool, seed: int = 0, classes: int = 12, per_class: int = 5, m: int = 6, d: int = 4):
@@ -22,7 +22,7 @@ def _case(linear: bool, seed: int = 0, classes: int = 12, per_class: int = 5, m:
 
 
 def test_class_means_by_hand():
-    classes, means = class_means(torch.tensor([[1.0, 0.0], [3.0, 2.0], [5.0, 5.0]]), torch.tensor([7, 7, 2]))
+    classes, means = per_class_means(torch.tensor([[1.0, 0.0], [3.0, 2.0], [5.0, 5.0]]), torch.tensor([7, 7, 2]))
     assert classes.tolist() == [2, 7]
     torch.testing.assert_close(means, torch.tensor([[5.0, 5.0], [2.0, 1.0]]))
 

@@ -35,7 +35,7 @@ from dmlkit.evaluation.geometry import (
 )
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
 from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
-from dmlkit.evaluation.zero_shot import class_means, zero_shot_attribute_eval
+from dmlkit.evaluation.zero_shot import per_class_means, zero_shot_attribute_eval
 from dmlkit.evaluation.retrieval import metric_names, retrieval_metrics
 from dmlkit.evaluation.streaming import APPROX_METHODS, clustering_metrics_from_file, retrieval_metrics_from_file
 from dmlkit.evaluation.verification import (
@@ -86,5 +86,5 @@ __all__ = [
     "nearest_prototype",
     # zero-shot prediction from GSP pseudo-attributes (thesis Sec. 5.3.3)
     "zero_shot_attribute_eval",
-    "class_means",
+    "per_class_means",
 ]

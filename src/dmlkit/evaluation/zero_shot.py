@@ -26,10 +26,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-__all__ = ["class_means", "zero_shot_attribute_eval"]
+__all__ = ["per_class_means", "zero_shot_attribute_eval"]
 
 
-def class_means(values: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def per_class_means(values: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(classes (C,), means (C, d))``: the mean row of ``values (N, d)`` for each label, in sorted label order."""
     if values.ndim != 2 or labels.shape != (values.shape[0],):
         raise ValueError(f"values must be (N, d) and labels (N,), got {tuple(values.shape)} and {tuple(labels.shape)}")
@@ -74,8 +74,8 @@ def zero_shot_attribute_eval(
         raise ValueError(f"repeats must be a positive integer (1000 in the thesis), got {repeats!r}")
     if not (isinstance(ridge, (int, float)) and math.isfinite(ridge) and ridge > 0):
         raise ValueError(f"ridge (eps of P3) must be a positive number, got {ridge!r}")
-    _, a = class_means(attributes.detach().cpu().double(), labels.cpu())
-    _, e = class_means(embeddings.detach().cpu().double(), labels.cpu())
+    _, a = per_class_means(attributes.detach().cpu().double(), labels.cpu())
+    _, e = per_class_means(embeddings.detach().cpu().double(), labels.cpu())
     total = a.shape[0]
     per = total if classes_per_repeat is None else int(classes_per_repeat)
     if per < 4 or per > total:
