@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from dmlkit.pooling.gsp import GSP, _map_to_features, generalized_sum_pool
+from dmlkit.pooling.gsp import GSP, generalized_sum_pool
 from dmlkit.pooling.registry import register_pooling
 
 __all__ = ["GSPGMP", "gsp_gmp"]
@@ -40,4 +40,4 @@ class GSPGMP(GSP):
 
     def forward_with_plan(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         pooled, plan = super().forward_with_plan(x)
-        return pooled + _map_to_features(x, self.dim).amax(dim=1), plan
+        return pooled + x.amax(dim=(-2, -1)), plan  # x was checked to be (B, dim, h, w) by GSP
