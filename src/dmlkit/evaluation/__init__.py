@@ -8,6 +8,9 @@ Embed query and reference sets, then
   Euclidean k-nearest-neighbour search (values equal to pytorch-metric-learning's
   ``AccuracyCalculator``); :func:`retrieval_metrics_from_file` streams embeddings
   from disk (``streaming``);
+* :func:`sharded_retrieval_metrics`, :func:`evaluate_embedding_shards` -- the same
+  metrics when the queries and the gallery are sharded over the processes of a
+  ``torchrun`` job (``sharded``): equal to one process's, no process holds the gallery;
 * :func:`clustering_metrics` -- NMI and pairwise F1 of faiss k-means
   (:func:`clustering_metrics_from_file` from disk);
 * :func:`knn_search` -- the blocked exact k-nearest-neighbour search underneath;
@@ -22,7 +25,7 @@ Nothing here imports training code.
 """
 
 from dmlkit.evaluation.clustering import clustering_metrics, kmeans_assign, nmi, pairwise_f1
-from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
+from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
 from dmlkit.evaluation.geometry import (
     class_divergences,
     class_means,
@@ -37,6 +40,7 @@ from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
 from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
 from dmlkit.evaluation.zero_shot import per_class_means, zero_shot_attribute_eval
 from dmlkit.evaluation.retrieval import metric_names, retrieval_metrics
+from dmlkit.evaluation.sharded import MIN_BLOCK_ROWS, sharded_retrieval_metrics
 from dmlkit.evaluation.streaming import APPROX_METHODS, clustering_metrics_from_file, retrieval_metrics_from_file
 from dmlkit.evaluation.verification import (
     best_threshold,
@@ -48,12 +52,16 @@ from dmlkit.evaluation.verification import (
 
 __all__ = [
     "evaluate_embeddings",
+    "evaluate_embedding_shards",
     # retrieval
     "retrieval_metrics",
     "metric_names",
     "knn_search",
     "KNNResult",
     "DEFAULT_MAX_BLOCK_BYTES",
+    # shards over the processes of a job (torchrun)
+    "sharded_retrieval_metrics",
+    "MIN_BLOCK_ROWS",
     # clustering
     "clustering_metrics",
     "kmeans_assign",

@@ -142,11 +142,13 @@ def exact_neighbours(
     exclude_self: bool,
     max_block_bytes: int,
     method: str = "auto",
+    float64: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-``k`` of ``q`` against ``r`` (``None``: against ``q`` itself):
     :func:`knn_search` on validated arguments.
 
-    Returns ``(indices, squared distances)``, int64 and float32, both
+    Returns ``(indices, squared distances)``, int64 and float32 (float64, the
+    direct-difference values the ranking used, with ``float64=True``), both
     ``(n_query, k)``, nearest first.
     """
     ref = q if r is None else r
@@ -168,4 +170,4 @@ def exact_neighbours(
             failed = uncertified_queries(q, r, worst_collected, d2[:, -1], block, shift)
             if failed.numel():
                 search_again_in_float64(q, ref, failed, kc, exclude_self, budget, workers, shift, d2, idx)
-    return idx, d2.float()
+    return idx, (d2 if float64 else d2.float())

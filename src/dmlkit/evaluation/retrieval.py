@@ -197,6 +197,27 @@ def retrieval_metrics(
     return _metrics_from_neighbours(idx.numpy(), q_codes, r_codes, rel_count, active, ks, names)
 
 
+def per_query_values(match: np.ndarray, big_r: np.ndarray, ks: tuple[int, ...]) -> np.ndarray:
+    """Each query's contribution to every metric, ``(c, 3 + len(ks))`` float64:
+    ``[hit at 1, hit within k for k in ks, R-precision, AP@R]``.
+
+    ``match`` (c, K) bool: neighbour j of query i shares its label; ``big_r``
+    (c,) int: R of each query (all > 0). Each row depends only on that query's
+    ``match`` row and ``R``, so shards of queries give the rows of one process.
+    """
+    c, num_k = match.shape
+    ranks = np.arange(1, num_k + 1, dtype=np.float64)
+    out = np.empty((c, 3 + len(ks)), dtype=np.float64)
+    out[:, 0] = match[:, 0]
+    for j, k in enumerate(ks):
+        out[:, 1 + j] = match[:, : min(k, num_k)].any(axis=1)
+    hits = match & (ranks[None, :] <= big_r[:, None])
+    out[:, -2] = hits.sum(axis=1) / big_r
+    prec = np.cumsum(hits, axis=1) / ranks
+    out[:, -1] = (prec * hits).sum(axis=1) / big_r
+    return out
+
+
 class MetricSums:
     """Running per-metric sums over queries (float64), averaged at the end."""
 
@@ -209,18 +230,21 @@ class MetricSums:
     def add(self, match: np.ndarray, big_r: np.ndarray) -> None:
         """``match`` (c, K) bool: neighbour j of query i shares its label;
         ``big_r`` (c,) int: R of each query (all > 0)."""
-        c, num_k = match.shape
+        if match.shape[0] == 0:
+            return
+        self.add_values(per_query_values(match, big_r, self.ks))
+
+    def add_values(self, values: np.ndarray) -> None:
+        """Add queries given by their :func:`per_query_values` rows, summed in the given order."""
+        c = values.shape[0]
         if c == 0:
             return
-        ranks = np.arange(1, num_k + 1, dtype=np.float64)
         self.count += c
-        self.p1 += float(match[:, 0].sum())
-        for k in self.ks:
-            self.recall[k] += int(match[:, : min(k, num_k)].any(axis=1).sum())
-        hits = match & (ranks[None, :] <= big_r[:, None])
-        self.rp += float((hits.sum(axis=1) / big_r).sum())
-        prec = np.cumsum(hits, axis=1) / ranks
-        self.ap += float(((prec * hits).sum(axis=1) / big_r).sum())
+        self.p1 += float(values[:, 0].sum())
+        for j, k in enumerate(self.ks):
+            self.recall[k] += int(values[:, 1 + j].sum())
+        self.rp += float(values[:, -2].sum())
+        self.ap += float(values[:, -1].sum())
 
     def result(self, names: list[str]) -> dict[str, float]:
         out = {"precision_at_1": self.p1 / self.count}
