@@ -178,3 +178,30 @@ def test_one_process_without_a_group_is_retrieval_metrics_in_id_order():
         sharded_retrieval_metrics(x, y, ks=KS, budget_mb=0.001)
     with pytest.raises(ValueError, match="shard_indices"):
         sharded_retrieval_metrics(x, y, ks=KS, query_ids=np.arange(N_QUERY) + 1)
+
+
+@pytest.mark.slow
+def test_torchrun_training_and_evaluate_report_the_one_process_metrics(tmp_path):
+    """End to end: a 2-process run's test metrics (trainer, sharded) and ``torchrun ... dmlkit evaluate``
+    equal ``dmlkit evaluate`` of the same checkpoint in one process."""
+    import json
+    import subprocess
+    import sys
+
+    from dmlkit.assemble import evaluate_run
+    from tests_helpers import TINY_OVERRIDES
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dmlkit"]
+    sets = [a for o in TINY_OVERRIDES + ["plots=false"] for a in ("--set", o)]
+    done = subprocess.run([*torchrun, "train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trained = json.loads((run_dir / "summary.json").read_text())["test"]
+    one = evaluate_run(run_dir)
+    assert trained == one
+    done = subprocess.run([*torchrun, "evaluate", str(run_dir)], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout) == one  # printed once, by rank 0
+    assert json.loads((run_dir / "eval_test.json").read_text())["precision_at_1"] == one["precision_at_1"]

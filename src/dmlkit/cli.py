@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -284,6 +285,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from dmlkit.assemble import evaluate_run
 
     metrics = evaluate_run(args.run, split=args.split)
+    if os.environ.get("RANK", "0") != "0":  # under torchrun every process evaluates its shard; rank 0 reports
+        return 0
     if args.diagnostics:
         from dmlkit.report.diagnostics import run_diagnostics
 

@@ -19,14 +19,17 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import Subset
 
 from dmlkit.assemble.build import build_model, build_splits, run_split
 from dmlkit.assemble.eval_model import evaluation_model, feature_model
 from dmlkit.config import ExperimentConfig, load_config
 from dmlkit.engine.checkpoint import CheckpointError, load_checkpoint, load_model_state, non_finite_entries
+from dmlkit.distributed import shard_indices
 from dmlkit.engine.embed import embed_dataset
+from dmlkit.engine.launch import torchrun_world
 from dmlkit.engine.run_folder import RunFolder
-from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
+from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
 from dmlkit.io import write_json_atomic
 from dmlkit.methods import Method, build_methods
 from dmlkit.models import build_embedder
@@ -126,7 +129,14 @@ def embed_run(run_or_checkpoint: str | Path, split: str = "test") -> tuple[torch
 
 
 def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str, Any]:
-    """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``."""
+    """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``.
+
+    Launched by ``torchrun`` with several processes, each process embeds and searches its shard of
+    the queries and of the gallery (``evaluate_embedding_shards``; gloo, CPU); the values are those of
+    one process, every process returns them and rank 0 writes the file.
+    """
+    if torchrun_world() is not None:
+        return _evaluate_run_sharded(run_or_checkpoint, split)
     run = load_finished_run(run_or_checkpoint)
     cfg = run.cfg
     embeddings, labels = run.embed(run.split(split))
@@ -136,3 +146,38 @@ def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str
     metrics = evaluate_embeddings(embeddings, labels, *refs, ks=tuple(cfg.eval.ks), clustering=cfg.eval.clustering, seed=cfg.seed)
     write_json_atomic(run.folder.path / f"eval_{split}.json", {"checkpoint": str(run.checkpoint), "split": split, **metrics})
     return metrics
+
+
+def _embed_shard(run: LoadedRun, dataset: Any, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Process ``rank``'s shard (``shard_indices``) of ``dataset``: embeddings, labels, dataset positions."""
+    idx = shard_indices(len(dataset), rank, world)
+    if len(idx) == 0:  # more processes than items: an empty shard of the right width
+        emb, lab = run.embed(Subset(dataset, [0]))
+        return emb[:0], lab[:0], idx
+    emb, lab = run.embed(Subset(dataset, idx.tolist()))
+    return emb, lab, idx
+
+
+def _evaluate_run_sharded(run_or_checkpoint: str | Path, split: str) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo")  # torchrun's environment; the search runs on the CPU
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        run = load_finished_run(run_or_checkpoint)
+        cfg = run.cfg
+        queries = _embed_shard(run, run.split(split), rank, world)
+        refs: tuple = (None, None, None)
+        if cfg.eval.reference_split is not None and split == cfg.eval.split:  # queries against the gallery
+            refs = _embed_shard(run, run.split(cfg.eval.reference_split), rank, world)
+        metrics = evaluate_embedding_shards(*queries, *refs, ks=tuple(cfg.eval.ks), clustering=cfg.eval.clustering,
+                                            seed=cfg.seed)
+        if rank == 0:
+            write_json_atomic(run.folder.path / f"eval_{split}.json", {"checkpoint": str(run.checkpoint), "split": split, **metrics})
+        dist.barrier()
+        return metrics
+    finally:
+        if created:
+            dist.destroy_process_group()

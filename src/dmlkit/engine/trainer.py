@@ -36,7 +36,7 @@ from dmlkit.engine.progress import TrainingProgress
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
 from dmlkit.engine.weight_decay import exclude_from_weight_decay
-from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
+from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
 from dmlkit.evaluation.retrieval import metric_names
 from dmlkit.faults import fault_point
 from dmlkit.io import write_json_atomic, write_text_atomic
@@ -341,24 +341,41 @@ class Trainer:
         bs, device, n = self.eval_cfg.batch_size, self.fabric.device, len(dataset)
         if self.fabric.world_size == 1:
             return embed_dataset(self.eval_model(), dataset, bs, device)
-        idx = shard_indices(n, self.fabric.global_rank, self.fabric.world_size)
-        model = self.parts.eval_model(self.model.module)  # the bare module: no DDP collectives
-        local, labels = embed_dataset(model, Subset(dataset, idx.tolist()), bs, device)
+        local, labels, idx = self._embed_shard(dataset)
         idx = idx.to(device)
         return gather_shards(local.to(device), idx, n).cpu(), gather_shards(labels.to(device), idx, n).cpu()
 
+    def _embed_shard(self, dataset: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """This process's shard of ``dataset`` (``shard_indices``): embeddings, labels and dataset positions."""
+        idx = shard_indices(len(dataset), self.fabric.global_rank, self.fabric.world_size)
+        model = self.parts.eval_model(self.model.module)  # the bare module: no DDP collectives
+        if len(idx) == 0:  # more processes than items: an empty shard, still in every collective
+            emb, lab = embed_dataset(model, Subset(dataset, [0]), 1, self.fabric.device)
+            return emb[:0], lab[:0], idx
+        local, labels = embed_dataset(model, Subset(dataset, idx.tolist()), self.eval_cfg.batch_size, self.fabric.device)
+        return local, labels, idx
+
     def evaluate(self, dataset: Any, with_clustering: bool = False, reference: Any = None) -> dict[str, float]:
-        """Retrieval (and clustering) metrics of ``dataset`` within itself, or as queries against ``reference``."""
-        embeddings, labels = self._embed(dataset)
-        return self._metrics(embeddings, labels, reference, with_clustering)
+        """Retrieval (and clustering) metrics of ``dataset`` within itself, or as queries against ``reference``.
+
+        With several processes each embeds and searches its shards (``evaluate_embedding_shards``):
+        no process gathers the embeddings, and the values are those of one process.
+        """
+        if self.fabric.world_size == 1:
+            embeddings, labels = self._embed(dataset)
+            return self._metrics(embeddings, labels, reference, with_clustering)
+        return self._sharded_metrics(self._embed_shard(dataset), reference, with_clustering)
+
+    def _sharded_metrics(self, shard: tuple[torch.Tensor, torch.Tensor, torch.Tensor], reference: Any,
+                         with_clustering: bool, gathered: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
+        refs = self._embed_shard(reference) if reference is not None else (None, None, None)
+        return evaluate_embedding_shards(*shard, *refs, ks=tuple(self.eval_cfg.ks), clustering=with_clustering,
+                                         seed=self.parts.seed, gathered=gathered)
 
     def _metrics(self, embeddings: torch.Tensor, labels: torch.Tensor, reference: Any, with_clustering: bool) -> dict[str, float]:
         refs = self._embed(reference) if reference is not None else (None, None)
-        metrics = None
-        if self.fabric.is_global_zero:  # rank 0 computes, every process gets the same values
-            metrics = evaluate_embeddings(embeddings, labels, *refs, ks=tuple(self.eval_cfg.ks), clustering=with_clustering,
-                                          seed=self.parts.seed)
-        return self.fabric.broadcast(metrics) if self.fabric.world_size > 1 else metrics
+        return evaluate_embeddings(embeddings, labels, *refs, ks=tuple(self.eval_cfg.ks), clustering=with_clustering,
+                                   seed=self.parts.seed)
 
     def _validate(self) -> float:
         t, s = self.train_cfg, self.state
@@ -393,8 +410,18 @@ class Trainer:
         self.fabric.barrier()  # rank 0 has written best.pt
         fault_point("final_test")
         self.restore_best()
-        embeddings, labels = self._embed(self.splits.test)
-        test = self._metrics(embeddings, labels, self.splits.reference, self.eval_cfg.clustering)
+        if self.fabric.world_size == 1:
+            embeddings, labels = self._embed(self.splits.test)
+            test = self._metrics(embeddings, labels, self.splits.reference, self.eval_cfg.clustering)
+        else:  # retrieval on the shards; the queries are gathered only for clustering and the plots
+            shard = self._embed_shard(self.splits.test)
+            n, device = len(self.splits.test), self.fabric.device
+            gathered = None
+            if self.eval_cfg.clustering or self.plots:
+                idx = shard[2].to(device)
+                gathered = (gather_shards(shard[0].to(device), idx, n).cpu(), gather_shards(shard[1].to(device), idx, n).cpu())
+            test = self._sharded_metrics(shard, self.splits.reference, self.eval_cfg.clustering, gathered)
+            embeddings, labels = gathered if gathered is not None else (None, None)
         self.log.append({"split": "test", "step": self.state.step, **test})
         self._test_embeddings = (embeddings, labels)
         return {
