@@ -39,7 +39,9 @@ at its worst moment, torch, faiss and numpy buffers alike. With
 and the allocator kept can be reused by the second, which then looks smaller.
 
 ``--approx`` forwards to :mod:`benchmarks.retrieval_large` (a gallery on disk,
-approximate vs exact search), also ``dmlkit bench retrieval_large``.
+approximate vs exact search), also ``dmlkit bench retrieval_large``; ``--processes N``
+to :mod:`benchmarks.retrieval_sharded` (the metrics over N processes against one, also
+``dmlkit bench retrieval_sharded``).
 """
 
 from __future__ import annotations
@@ -279,11 +281,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``dmlkit bench retrieval``; returns 0 when the values agree
-    (to 1e-6, or within the float32-tie bounds). ``--approx`` runs :mod:`benchmarks.retrieval_large`."""
+    (to 1e-6, or within the float32-tie bounds). ``--approx`` runs :mod:`benchmarks.retrieval_large`,
+    ``--processes N`` :mod:`benchmarks.retrieval_sharded` (N processes against one)."""
     if "--approx" in (sys.argv[1:] if argv is None else argv):
         from benchmarks.retrieval_large import main as approx_main
 
         return approx_main(argv)
+    if any(a == "--processes" or a.startswith("--processes=") for a in (sys.argv[1:] if argv is None else argv)):
+        from benchmarks.retrieval_sharded import main as sharded_main
+
+        return sharded_main(argv)
     return h.main(
         _parser().parse_args(argv),
         lambda a: run(a.n, a.dim, a.per_class, a.seed, in_process=a.in_process),
