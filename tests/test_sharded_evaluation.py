@@ -60,6 +60,10 @@ def _cases(rank: int, world: int) -> dict[str, dict[str, float]]:
         # queries against a gallery sharded contiguously (default ids)
         "cross": sharded_retrieval_metrics(x[qi], y[qi], r[gs], ry[gs], ks=KS, query_ids=qi, budget_mb=BUDGET_MB),
     }
+    # the same gallery sharded by stride, each shard handed over in reverse id order
+    gi = shard_indices(N_GALLERY, rank, world).flip(0)
+    out["cross_unsorted"] = sharded_retrieval_metrics(x[qi], y[qi], r[gi], ry[gi], ks=KS, query_ids=qi,
+                                                      reference_ids=gi, budget_mb=BUDGET_MB)
     # the gallery starts with the queries (ref_includes_query); gallery ids strided, in reverse local order
     full, full_y = torch.cat([x, r]), torch.cat([y, ry])
     gi = shard_indices(len(full), rank, world).flip(0)
@@ -129,12 +133,13 @@ def _single_process() -> dict[str, dict[str, float]]:
     return {
         "self": retrieval_metrics(x, y, ks=KS),
         "cross": retrieval_metrics(x, y, r, ry, ks=KS),
+        "cross_unsorted": retrieval_metrics(x, y, r, ry, ks=KS),
         "includes_query": retrieval_metrics(x, y, full, full_y, ks=KS, ref_includes_query=True),
         "empty_shard": retrieval_metrics(x, y, r, ry, ks=KS),
     }
 
 
-@pytest.mark.parametrize("case", ["self", "cross", "includes_query", "empty_shard"])
+@pytest.mark.parametrize("case", ["self", "cross", "cross_unsorted", "includes_query", "empty_shard"])
 def test_two_processes_give_the_single_process_metrics_exactly(two_ranks, case):
     expected = _single_process()[case]
     assert 0 < expected["precision_at_1"] < 1 and 0 < expected["mean_average_precision_at_r"] < 1
