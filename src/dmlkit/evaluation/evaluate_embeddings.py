@@ -4,7 +4,7 @@ Used by the trainer (validation and test), ``dmlkit evaluate`` and the fair prot
 :func:`evaluate_embedding_shards` is the same evaluation when each process of a job
 holds a shard of the queries and of the gallery (``torchrun``): the retrieval metrics
 are computed without gathering the embeddings (``sharded.py``); only clustering,
-when asked for, gathers the queries to rank 0.
+when asked for, gathers the queries (to every process; rank 0 runs k-means).
 """
 
 from __future__ import annotations
