@@ -3,7 +3,7 @@ training schemes (Sec. 3.5), the generated batch of Algorithm 1 and the augmente
 J(X, Y) + lam * J(X_gen, Y_gen) (Eq. 10)."""
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
-from dmlkit.augment.centers import CENTER_MODES, ClassCenters
+from dmlkit.augment.centers import CENTER_INITS, CENTER_MODES, ClassCenters, class_sums
 from dmlkit.augment.config import AugmentConfig, build_augmented_loss, build_feature_generator
 from dmlkit.augment.feature_generator import AUGMENT_TRANSFORMS, FeatureGenerator, canonical_transform_name
 from dmlkit.augment.generated_score import SCORES, GeneratedBatchStats, score_generated
@@ -27,6 +27,7 @@ from dmlkit.augment.sft import (
 __all__ = [
     "AUGMENT_TRANSFORMS",
     "AugmentConfig",
+    "CENTER_INITS",
     "CENTER_MODES",
     "ClassCenters",
     "FeatureAugmentedLoss",
@@ -40,6 +41,7 @@ __all__ = [
     "build_augmented_loss",
     "build_feature_generator",
     "canonical_transform_name",
+    "class_sums",
     "create_transform",
     "degenerate_transform",
     "list_transforms",

@@ -20,6 +20,13 @@ Modes (the three rows of Table 6, "Impact of center estimation"):
   update the centre of each class in the batch is replaced by one of its features, chosen
   uniformly with the given generator.
 
+Start (``set_means``): by default a class has no centre until its first batch (the first Eq. 9
+step starts it at the batch mean). ``set_means(sums, counts)`` starts every class at its mean over
+any set of features instead (the training tool's ``augment.init_centers: data``: the whole
+training split under the initial network, before the first step); ``class_sums`` gives the sums
+and counts, which add over batches and over processes (an all-reduce), so the means of a whole
+training set are taken batch by batch.
+
 Features are detached: the centres carry no gradient. Randomness comes only from the
 ``torch.Generator`` passed in (a private one seeded with 0 if none is given), never from
 the global RNG.
@@ -32,10 +39,38 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-__all__ = ["ClassCenters", "CENTER_MODES"]
+__all__ = ["CENTER_INITS", "CENTER_MODES", "ClassCenters", "class_sums"]
 
 CENTER_MODES = ("update", "random", "pick")
+#: How the centres start: ``"none"`` (each class at its first batch) or ``"data"`` (the training set's class means).
+CENTER_INITS = ("none", "data")
 Mode = Literal["update", "random", "pick"]
+
+
+@torch.no_grad()
+def class_sums(features: Tensor, labels: Tensor, num_classes: int) -> tuple[Tensor, Tensor]:
+    """Per-class sums ``(C, d)`` and counts ``(C,)`` of ``features`` ``(B, d)``, both float64, on the features' device.
+
+    They add over batches and processes, so ``set_means(sum of sums, sum of counts)`` starts the
+    centres at class means taken over a whole data set in batches (see :meth:`ClassCenters.set_means`).
+    """
+    if not isinstance(features, Tensor) or features.dim() != 2:
+        shape = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
+        raise ValueError(f"features must have shape (B, d), got {shape}")
+    if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.shape[0] != features.shape[0]:
+        raise ValueError(f"labels must be a 1-D tensor with one class index per feature ({features.shape[0]})")
+    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise ValueError(f"labels must be an integer tensor, got {labels.dtype}")
+    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        raise ValueError(
+            f"labels must lie in [0, {num_classes}), got range [{int(labels.min())}, {int(labels.max())}]: "
+            "remap labels to 0..C-1 or raise num_classes"
+        )
+    x = features.detach().to(torch.float64)
+    labels = labels.to(device=x.device, dtype=torch.long)
+    sums = torch.zeros(num_classes, x.shape[1], dtype=torch.float64, device=x.device).index_add_(0, labels, x)
+    counts = torch.bincount(labels, minlength=num_classes).to(torch.float64)
+    return sums, counts
 
 
 class ClassCenters(nn.Module):
@@ -151,6 +186,35 @@ class ClassCenters(nn.Module):
         known = self.initialized[present].to(x.dtype)
         cos = torch.nn.functional.cosine_similarity(self.centers[present], sums, dim=1)
         return (cos * known).sum() / known.sum()
+
+    @torch.no_grad()
+    def set_means(self, sums: Tensor, counts: Tensor) -> Tensor:
+        """Start each class at its mean, ``mu_j <- sums_j / counts_j``, where ``counts_j > 0``; returns those classes' mask.
+
+        ``sums`` ``(C, d)`` and ``counts`` ``(C,)`` are per-class sums and counts of features in the
+        transform's space (:func:`class_sums`, added over batches and processes). The classes set are
+        marked initialised; a class with count 0 keeps its state (no centre, or its current one). The
+        ``"random"`` mode keeps its fixed random centres (Table 6) and refuses.
+        """
+        if self.mode == "random":
+            raise ValueError(
+                "mode 'random' keeps fixed random centres (Table 6, 'Random'): starting them at class means "
+                "contradicts it; use mode 'update' or 'pick' (in a config: augment.centers), or do not set the means"
+            )
+        if not isinstance(sums, Tensor) or tuple(sums.shape) != (self.num_classes, self.dim):
+            shape = tuple(sums.shape) if isinstance(sums, Tensor) else type(sums).__name__
+            raise ValueError(f"sums must have shape ({self.num_classes}, {self.dim}) (class_sums gives it), got {shape}")
+        if not isinstance(counts, Tensor) or tuple(counts.shape) != (self.num_classes,):
+            shape = tuple(counts.shape) if isinstance(counts, Tensor) else type(counts).__name__
+            raise ValueError(f"counts must have shape ({self.num_classes},) (class_sums gives it), got {shape}")
+        if not torch.isfinite(sums).all() or not torch.isfinite(counts).all() or bool((counts < 0).any()):
+            raise ValueError("sums must be finite and counts finite and >= 0: check the features the means come from")
+        counts = counts.to(self.centers.device)
+        present = counts > 0
+        means = sums.to(device=self.centers.device, dtype=torch.float64) / counts.to(torch.float64).clamp(min=1).unsqueeze(1)
+        self.centers[present] = means[present].to(self.centers.dtype)
+        self.initialized |= present
+        return present
 
     def get(self, labels: Tensor) -> Tensor:
         """Centres of ``labels``: ``(B,)`` -> ``(B, d)``. Raises ``ValueError`` for a class without a centre."""

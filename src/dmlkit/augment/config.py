@@ -16,7 +16,7 @@ from typing import Sequence
 from torch import Tensor, nn
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
-from dmlkit.augment.centers import CENTER_MODES
+from dmlkit.augment.centers import CENTER_INITS, CENTER_MODES
 from dmlkit.augment.feature_generator import AUGMENT_TRANSFORMS, FeatureGenerator, canonical_transform_name
 from dmlkit.augment.generated_score import SCORES
 from dmlkit.augment.schemes import SCHEMES, TARGET_POLICIES
@@ -44,6 +44,10 @@ class AugmentConfig:
             classes (paper: 15); checked against the class counts by the builder.
         centers: centre estimation, ``"update"`` (Eq. 9), ``"random"`` or ``"pick"`` (Table 6).
         alpha: step size of the Eq. 9 centre update, in ``(0, 1]``.
+        init_centers: how the centres start: ``"none"`` (a class gets its centre the first time it is
+            in a batch; the default) or ``"data"`` (before the first training step, every class
+            centre is the mean of its training images under the initial network, in the transform's
+            space: ``dmlkit.methods.sft``). ``"data"`` needs ``centers`` ``"update"`` or ``"pick"``.
         normalize_input: the loss receives the embeddings *before* L2 normalisation and
             normalises them itself (how SFT-d is meant to be used; the trainer must then feed
             the pre-normalisation embeddings).
@@ -59,6 +63,7 @@ class AugmentConfig:
     tail_threshold: int = 15
     centers: str = "update"
     alpha: float = 1.0
+    init_centers: str = "none"
     normalize_input: bool = False
     update_centers_first: bool = False
     start_step: int = 0
@@ -87,6 +92,16 @@ class AugmentConfig:
             raise ValueError(f"augment.tail_threshold must be a positive int (samples per class), got {self.tail_threshold!r}")
         if self.centers not in CENTER_MODES:
             raise ValueError(f"augment.centers must be one of {CENTER_MODES}, got {self.centers!r}")
+        if not isinstance(self.init_centers, str) or self.init_centers not in CENTER_INITS:
+            raise ValueError(
+                f"augment.init_centers must be one of {CENTER_INITS} (none: each class at its first batch; data: "
+                f"the class means of the training split under the initial network), got {self.init_centers!r}"
+            )
+        if self.init_centers == "data" and self.centers == "random":
+            raise ValueError(
+                "augment.init_centers: data starts the centres at the class means, but augment.centers: random keeps "
+                "fixed random centres (Table 6): set augment.centers: update (or pick), or augment.init_centers: none"
+            )
         if (
             isinstance(self.alpha, bool)
             or not isinstance(self.alpha, (int, float))

@@ -19,6 +19,17 @@ term saw (``sft/generated``: its size, ``sft/generated_positive_pairs``,
 centre lag ``sft/center_cosine`` (mean cosine between the class centres before the step's update
 and the batch's class means).
 
+``augment.init_centers: data`` (:class:`CenterInit`, the method's ``on_train_start`` callback): before
+the first training step, every class centre is set to the mean of its training images (the training
+split without its augmentation) under the initial network, in eval mode and without gradient, in
+the space the centres live in (``FeatureGenerator.transform_space`` of the network's output: the
+loss's embedding for SFT and translation, the pre-normalisation features for SFT-d). Without it a
+class has no centre until its first batch, so on many classes the generated batch stays small for
+tens of steps. Each process embeds its shard of the split; the per-class sums and counts are
+all-reduced, so every process ends with the same centres. A resumed run keeps the checkpoint's
+centres. The pass is logged as a ``{"split": "sft", "step": 0, "sft/center_init_seconds": ...}``
+record of ``metrics.jsonl``.
+
 SFT-d is used before normalisation (``augment.normalize_input: true`` with
 ``model.normalize: none``): the real term's loss then L2-normalises its input, the centres and
 the translation live in the unnormalised space, and the run is evaluated on the L2-normalised
@@ -27,23 +38,28 @@ embedding, the one the loss compared (``eval_model``).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset
 
+from dmlkit.augment.centers import class_sums
 from dmlkit.augment.config import AugmentConfig, build_feature_generator
 from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.augment.generated_score import GeneratedBatchStats, score_generated
-from dmlkit.engine.callbacks import Callback
+from dmlkit.distributed import shard_indices
+from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.engine.objective import ObjectiveTerm
 from dmlkit.methods.base import BuildContext, Method
 
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
 
-__all__ = ["GeneratedTerm", "L2Normalized", "NormalizedInputLoss", "NormalizedInputMiner", "SFT", "SFTStats"]
+__all__ = ["CenterInit", "GeneratedTerm", "L2Normalized", "NormalizedInputLoss", "NormalizedInputMiner", "SFT", "SFTStats"]
 
 
 class L2Normalized(nn.Module):
@@ -129,6 +145,62 @@ class SFTStats(Callback):
             outputs["sft/center_cosine"] = float(cosine)
 
 
+class CenterInit(Callback):
+    """``augment.init_centers: data``: before the first step, each class centre <- the mean of its training images.
+
+    The means are taken under the network as training starts (eval mode, no gradient, batches of
+    ``batch_size``), in the centres' space (``generator.transform_space`` of the network's output),
+    over ``train_set`` without its augmentation. With several processes each embeds its shard
+    (``shard_indices``) with the bare module (no DDP collectives in the forward) and the per-class
+    sums and counts are all-reduced, so every process sets the same centres. A resumed run
+    (``trainer.state.step > 0``: ``last.pt`` was loaded) keeps the checkpoint's centres.
+    ``last_seconds`` is the time the pass took (also logged to ``metrics.jsonl``).
+    """
+
+    def __init__(self, generator: FeatureGenerator, train_set: Any, batch_size: int, num_workers: int = 0) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int (eval.batch_size in a config), got {batch_size!r}")
+        self.generator = generator
+        self.train_set = train_set.with_augment(False) if hasattr(train_set, "with_augment") else train_set
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.last_seconds: float | None = None
+
+    def on_train_start(self, trainer: TrainerView) -> None:
+        if trainer.state.step > 0:  # resumed from last.pt: the centres are the checkpoint's
+            return
+        started = time.perf_counter()
+        fabric = trainer.fabric
+        model = trainer.model if fabric.world_size == 1 else trainer.model.module  # the bare module: no DDP collectives
+        idx = shard_indices(len(self.train_set), fabric.global_rank, fabric.world_size)
+        sums, counts = self.class_sums(model, Subset(self.train_set, idx.tolist()), fabric.device)
+        if fabric.world_size > 1:  # every process gets the same sums, so the same centres
+            dist.all_reduce(sums)
+            dist.all_reduce(counts)
+        present = self.generator.centers.set_means(sums, counts)
+        self.last_seconds = time.perf_counter() - started
+        trainer.log.append({"split": "sft", "step": 0, "sft/center_init_seconds": round(self.last_seconds, 3),
+                            "sft/center_init_images": int(counts.sum()), "sft/center_init_classes": int(present.sum())})
+
+    @torch.no_grad()
+    def class_sums(self, model: nn.Module, dataset: Any, device: torch.device | str) -> tuple[Tensor, Tensor]:
+        """Per-class sums and counts (float64, on ``device``) of ``dataset``'s features in the centres' space."""
+        c, d = self.generator.centers.num_classes, self.generator.centers.dim
+        sums = torch.zeros(c, d, dtype=torch.float64, device=device)
+        counts = torch.zeros(c, dtype=torch.float64, device=device)
+        was_training = model.training
+        model.eval()
+        try:
+            loader = DataLoader(dataset, batch_size=self.batch_size, shuffle=False, num_workers=self.num_workers)
+            for images, labels in loader:
+                features = self.generator.transform_space(model(images.to(device)).float())
+                s, n = class_sums(features, labels.to(device), c)
+                sums += s
+                counts += n
+        finally:
+            model.train(was_training)
+        return sums, counts
+
+
 class SFT(Method):
     """Feature augmentation of the SFT paper (``augment:`` section)."""
 
@@ -143,6 +215,8 @@ class SFT(Method):
             )
         self.generator: FeatureGenerator | None = None
         self.generated: GeneratedTerm | None = None
+        self.center_init: CenterInit | None = None
+        self.eval_batch_size, self.num_workers = cfg.eval.batch_size, cfg.data.num_workers
 
     @classmethod
     def from_config(cls, cfg: "ExperimentConfig") -> "SFT | None":
@@ -150,6 +224,8 @@ class SFT(Method):
 
     def setup(self, ctx: BuildContext) -> None:
         self.generator = build_feature_generator(self.cfg, ctx.num_classes, ctx.embedding_dim, ctx.class_counts, ctx.seed)
+        if self.cfg.init_centers == "data":
+            self.center_init = CenterInit(self.generator, ctx.train_set, self.eval_batch_size, self.num_workers)
 
     def terms(self, terms: list[ObjectiveTerm]) -> list[ObjectiveTerm]:
         metric = next((t for t in terms if t.name == "metric"), None)
@@ -166,7 +242,8 @@ class SFT(Method):
         return [*terms[:i], generated, *terms[i:]]
 
     def callbacks(self) -> list[Callback]:
-        return [SFTStats(self.generated)] if self.generated is not None else []
+        init = [self.center_init] if self.center_init is not None else []
+        return [*init, SFTStats(self.generated)] if self.generated is not None else init
 
     def eval_model(self, model: nn.Module) -> nn.Module:
         return L2Normalized(model) if self.cfg.normalize_input else model
