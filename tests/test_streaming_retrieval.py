@@ -45,6 +45,7 @@ def test_ivf_with_every_list_probed_is_exact(data):
     path, x, labels = data
     got = retrieval_metrics_from_file(path, labels, approx="ivf", approx_params={"nlist": 8, "nprobe": 8}, recall_sample=100)
     assert got.pop("approx_recall_at_1") == 1.0 and got.pop("approx_recall_sample") == 100
+    assert got.pop("approx_nprobe") == 8 and got.pop("approx_nlist") == 8
     assert got == pytest.approx(retrieval_metrics(x, labels), abs=1e-9)
 
 
@@ -61,6 +62,7 @@ def test_reported_recall_matches_a_brute_force_check(data, method, params):
     if method == "ivf":
         index = faiss.IndexIVFFlat(faiss.IndexFlatL2(x.shape[1]), x.shape[1], params["nlist"])
         train = np.sort(np.random.default_rng(1).choice(len(x), size=min(len(x), 40 * params["nlist"]), replace=False))
+        index.cp.seed = 1  # the k-means of the lists is seeded with the call's seed
         index.train(x[train])
         index.nprobe = params["nprobe"]
     else:
@@ -112,9 +114,12 @@ def test_streamed_clustering_equals_in_memory_when_it_fits_and_stays_close_on_a_
 
     path, x, labels = data
     expected = clustering_metrics(x, labels, seed=2)
-    assert clustering_metrics_from_file(path, labels, seed=2) == pytest.approx(expected, abs=1e-12)
-    # room for 350 rows of d=8 (8 d bytes each): k-means on a sample of half the rows, assignment in 2 blocks
-    sampled = clustering_metrics_from_file(path, labels, seed=2, budget_mb=350 * 8 * 8 / 2**20)
+    whole = clustering_metrics_from_file(path, labels, seed=2)
+    assert whole.pop("sample_size") == len(x) and whole.pop("num_clusters") == 120
+    assert whole == pytest.approx(expected, abs=1e-12)
+    # room for the 120 centroids and 700 rows of d=8 (4 d bytes each): a sample of 350, assignment in 2 blocks
+    sampled = clustering_metrics_from_file(path, labels, seed=2, budget_mb=(120 + 700) * 4 * 8 / 2**20)
+    assert sampled["sample_size"] == 350
     assert sampled["NMI"] == pytest.approx(expected["NMI"], abs=0.1)
     with pytest.raises(ValueError, match="budget_mb"):
         clustering_metrics_from_file(path, labels, budget_mb=1e-4)

@@ -12,7 +12,11 @@ Embed query and reference sets, then
   metrics when the queries and the gallery are sharded over the processes of a
   ``torchrun`` job (``sharded``): equal to one process's, no process holds the gallery;
 * :func:`clustering_metrics` -- NMI and pairwise F1 of faiss k-means
-  (:func:`clustering_metrics_from_file` from disk);
+  (:func:`clustering_metrics_from_file` from disk: k-means on a sample, assignment streamed,
+  ``clustering_streamed``);
+* :func:`plan_index`, :func:`build_index`, :func:`load_index`, :func:`tune_search` -- the faiss
+  indexes of approximate evaluation, parameters from the data size, search tuned to a recall@1
+  against exact search (``approx_index``);
 * :func:`knn_search` -- the blocked exact k-nearest-neighbour search underneath;
 * :func:`kfold_accuracy`, :func:`tar_at_far` -- face verification: LFW-style 10-fold
   accuracy and TAR at FAR from pair scores (``verification``);
@@ -24,6 +28,9 @@ Embed query and reference sets, then
 Nothing here imports training code.
 """
 
+from dmlkit.evaluation.approx_index import (
+    IndexPlan, TunePoint, build_index, load_index, plan_index, recall_at_1, tune_search,
+)
 from dmlkit.evaluation.clustering import clustering_metrics, kmeans_assign, nmi, pairwise_f1
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
 from dmlkit.evaluation.geometry import (
@@ -71,6 +78,14 @@ __all__ = [
     "retrieval_metrics_from_file",
     "clustering_metrics_from_file",
     "APPROX_METHODS",
+    # approximate search for evaluation (faiss)
+    "IndexPlan",
+    "TunePoint",
+    "plan_index",
+    "build_index",
+    "load_index",
+    "recall_at_1",
+    "tune_search",
     # verification
     "verification_metrics",
     "kfold_accuracy",

@@ -21,28 +21,28 @@ Exact mode
     across blocks (``retrieval_metrics`` breaks such ties by float64 distance).
     Time is ``O(n^2 d)``: exact search of a million items takes hours on a CPU.
 
-Approximate mode (``approx="ivf"`` or ``"hnsw"``)
-    A faiss index (``IndexIVFFlat`` with ``nlist ~ sqrt(n)`` lists, trained on a
-    seeded sample of ``40 nlist`` points, searched with ``nprobe = nlist / 16`` lists by default; or ``IndexHNSWFlat``, ``M``
-    links, ``efSearch``) is filled block by block and searched for ``K + 1``
-    neighbours per query. Its measured quality is reported with the metrics:
-    ``approx_recall_at_1`` is the fraction of ``recall_sample`` seeded queries
-    whose approximate nearest neighbour is at the exact nearest distance
-    (found by the exact streamed search above). The index holds a float32 copy
-    of the data (``4 n d`` bytes; HNSW adds about ``8 M n``), outside the budget; while
-    an IVF index is filled its growing lists can briefly take up to twice that
+Approximate mode (``approx="ivf"``, ``"ivf_sq8"`` or ``"hnsw"``, or ``index_file``)
+    A faiss index is built block by block with parameters chosen from ``n``
+    (``approx_index.py``: IVF ``nlist ~ sqrt(n)`` lists trained on a seeded sample of
+    ``40 nlist`` rows; HNSW ``M = 32``), or read from ``index_file`` (a faiss file or a
+    ``dmlkit index build`` folder, which must hold exactly these rows: dimension and count are
+    checked). Unless ``approx_params`` fixes it, the search parameter (IVF ``nprobe``, HNSW
+    ``efSearch``) is tuned: the cheapest value whose recall@1 against exact search on
+    ``tune_sample`` seeded queries reaches ``target_recall`` (0.95). Every query is then searched
+    for ``K + 1`` neighbours. The quality is reported with the metrics: ``approx_recall_at_1`` is
+    the fraction of ``recall_sample`` other seeded queries (disjoint from the tuning sample when
+    ``n`` allows) whose approximate nearest neighbour is at the exact nearest distance (found by the
+    exact streamed search above, one pass for both samples). The index holds a float32 copy of the
+    data (``4 n d`` bytes; ``ivf_sq8`` a quarter of that; HNSW adds about ``8 M n``), outside the
+    budget; while an IVF index is filled its growing lists can briefly take up to twice that
     (measured: 954 MiB peak for a 488 MiB gallery of 1M x 128).
 
 ``query_sample`` evaluates a seeded random subset of the queries (against all
 references) instead of all of them: an unbiased estimate of every metric, for
 galleries where even approximate search of every query is too slow.
 
-Clustering (:func:`clustering_metrics_from_file`)
-    NMI and pairwise F1 as in ``clustering.py``, with faiss k-means trained on
-    at most ``min(n, 256 k, budget / 4d)`` rows (a seeded sample when that is
-    fewer than ``n``; faiss itself subsamples to ``256 k`` points), and every
-    row assigned to its nearest centroid block by block. When all rows fit,
-    the values equal ``clustering_metrics``.
+Clustering: :func:`clustering_metrics_from_file` lives in ``clustering_streamed.py`` and is
+re-exported here.
 """
 
 from __future__ import annotations
@@ -56,12 +56,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from dmlkit.evaluation.approx_index import (
+    APPROX_METHODS, build_index, load_index, plan_index, recall_at_1, search_neighbours, set_search_param, tune_search,
+)
+from dmlkit.evaluation.clustering_streamed import clustering_metrics_from_file
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, knn_search
 from dmlkit.evaluation.retrieval import MetricSums, check_ks, check_labels, metric_names
 
 __all__ = ["retrieval_metrics_from_file", "clustering_metrics_from_file", "APPROX_METHODS"]
 
-APPROX_METHODS = ("ivf", "hnsw")
 _MIN_ROWS = 64
 
 
@@ -128,36 +131,68 @@ def _exact(arr: np.ndarray, q: torch.Tensor, q_ids: torch.Tensor, k: int, block:
     return best_d, best_i
 
 
-def _build_index(arr: np.ndarray, method: str, params: dict[str, Any], block: int, seed: int) -> Any:
-    import faiss
+def _exact_nearest(arr: np.ndarray, ids: np.ndarray, block: int, tile: int) -> np.ndarray:
+    """Exact squared distance from each row ``ids`` to its nearest other row, queries taken ``block`` at a time."""
+    out = np.empty(len(ids))
+    for s in range(0, len(ids), block):
+        part = ids[s : s + block]
+        q = torch.from_numpy(np.ascontiguousarray(arr[part], dtype=np.float32))
+        dist, _ = _exact(arr, q, torch.from_numpy(part), 1, block, tile)
+        out[s : s + len(part)] = dist[:, 0].numpy()
+    return out
 
+
+def _check_samples(**sizes: Any) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive number of queries; got {value!r} (1000 is usual)")
+
+
+def _approx_setup(
+    arr: np.ndarray, approx: str | None, approx_params: dict[str, Any] | None, index_file: str | Path | None,
+    target_recall: float, recall_sample: int, tune_sample: int, block: int, tile: int, rng: np.random.Generator, seed: int,
+) -> tuple[Any, dict[str, float]]:
+    """The index (built or loaded, search parameter set or tuned) and the ``approx_*`` entries of the result."""
     n, d = arr.shape
-    if method == "ivf":
-        nlist = int(params.get("nlist", max(1, min(n // 39, round(math.sqrt(n))))))
-        quantizer = faiss.IndexFlatL2(d)
-        index = faiss.IndexIVFFlat(quantizer, d, nlist)
-        rng = np.random.default_rng(seed)
-        train_n = min(n, int(params.get("train_size", 40 * nlist)))
-        sample = np.sort(rng.choice(n, size=train_n, replace=False))
-        index.train(np.ascontiguousarray(arr[sample], dtype=np.float32))
-        index.nprobe = int(params.get("nprobe", max(1, nlist // 16)))
-    elif method == "hnsw":
-        index = faiss.IndexHNSWFlat(d, int(params.get("M", 32)))
-        index.hnsw.efConstruction = int(params.get("efConstruction", 40))
-        index.hnsw.efSearch = int(params.get("efSearch", 64))
+    params = dict(approx_params or {})
+    _check_samples(recall_sample=recall_sample, tune_sample=tune_sample)
+    if isinstance(target_recall, bool) or not isinstance(target_recall, (int, float)) or not 0 < target_recall <= 1:
+        raise ValueError(f"target_recall must be in (0, 1]; got {target_recall!r} (0.95 is usual)")
+    if index_file is not None:
+        index = load_index(index_file, n, d)
+        extra = sorted(set(params) - {"nprobe", "efSearch"})
+        if extra:
+            raise ValueError(f"approx_params {extra} are build parameters, fixed in the saved index; pass only nprobe or efSearch")
+        fixed = params.get("nprobe", params.get("efSearch"))
+        name = "efSearch" if "efSearch" in params else "nprobe"
+        info: dict[str, float] = {}
     else:
-        raise ValueError(f"approx must be None or one of {APPROX_METHODS}; got {method!r}")
-    for s in range(0, n, block):
-        index.add(np.ascontiguousarray(_rows(arr, s, min(n, s + block)).numpy()))
-    return index
-
-
-def _approx(index: Any, q: torch.Tensor, q_ids: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    dist, idx = index.search(np.ascontiguousarray(q.numpy()), k + 1)
-    dist, idx = torch.from_numpy(dist), torch.from_numpy(idx)
-    dist = dist.masked_fill((idx == q_ids[:, None]) | (idx < 0), math.inf)
-    order = torch.argsort(dist, dim=1, stable=True)[:, :k]
-    return dist.gather(1, order), idx.gather(1, order)
+        plan = plan_index(n, str(approx), params)
+        index = build_index(plan, lambda s, e: _rows(arr, s, e).numpy(), n, d, block, seed)
+        fixed, name = plan.search_param, plan.search_name
+        info = {"approx_nlist": float(plan.nlist)} if plan.nlist else {"approx_M": float(plan.M)}
+    tune = 0 if fixed is not None else min(n, int(tune_sample))
+    report = min(n, int(recall_sample))
+    order = rng.permutation(n)
+    report_ids = np.sort(order[:report])
+    tune_ids = np.sort(order[report : report + tune] if report + tune <= n else order[n - tune :])
+    both = np.concatenate([report_ids, tune_ids])
+    exact = _exact_nearest(arr, both, block, tile)
+    if fixed is None:
+        q = np.ascontiguousarray(arr[tune_ids], dtype=np.float32)
+        chosen, curve = tune_search(index, arr, q, tune_ids, exact[report:], target_recall)
+        info.update(approx_tune_sample=float(tune), approx_target_reached=float(curve[-1].recall >= target_recall))
+        if curve[-1].recall < target_recall:
+            warnings.warn(f"no {name} reached recall@1 {target_recall} (best {curve[-1].recall:.3f} at {name}={chosen}); "
+                          "on data this hard exact search (approx=None) is as fast", RuntimeWarning, stacklevel=3)
+    else:
+        set_search_param(index, int(fixed))
+        chosen = int(fixed)
+    q = np.ascontiguousarray(arr[report_ids], dtype=np.float32)
+    info.update({f"approx_{name}": float(chosen),
+                 "approx_recall_at_1": recall_at_1(index, arr, q, report_ids, exact[:report]),
+                 "approx_recall_sample": float(report)})
+    return index, info
 
 
 def retrieval_metrics_from_file(
@@ -168,7 +203,10 @@ def retrieval_metrics_from_file(
     budget_mb: float = 256,
     approx: str | None = None,
     approx_params: dict[str, Any] | None = None,
+    index_file: str | Path | None = None,
+    target_recall: float = 0.95,
     recall_sample: int = 1000,
+    tune_sample: int = 1000,
     query_sample: int | None = None,
     seed: int = 0,
 ) -> dict[str, float]:
@@ -179,15 +217,23 @@ def retrieval_metrics_from_file(
         labels: ``(n,)`` integer class labels (in memory).
         ks: the ``K`` of each ``recall_at_{K}``.
         budget_mb: memory bound of the exact search's buffers (see module docstring).
-        approx: ``None`` (exact), ``"ivf"`` or ``"hnsw"`` (faiss); ``approx_params`` sets
-            ``nlist``, ``nprobe``, ``train_size`` (IVF) or ``M``, ``efConstruction``, ``efSearch`` (HNSW).
+        approx: ``None`` (exact), ``"ivf"``, ``"ivf_sq8"`` or ``"hnsw"`` (faiss); ``approx_params`` sets
+            ``nlist``, ``nprobe``, ``train_size`` (IVF) or ``M``, ``efConstruction``, ``efSearch`` (HNSW);
+            by default they are chosen from ``n`` and the search parameter is tuned to ``target_recall``.
+        index_file: a saved faiss index of exactly these rows (file, or ``dmlkit index build`` folder),
+            used instead of building one (implies approximate mode).
+        target_recall: recall@1 against exact search that the tuned search parameter must reach.
         recall_sample: queries on which approximate search is checked against exact search.
+        tune_sample: queries on which the search parameter is tuned (disjoint from ``recall_sample``).
         query_sample: evaluate this many seeded random queries instead of all ``n``.
         seed: seed of the samples (IVF training set, recall sample, query sample).
 
     Returns:
-        The keys of ``metric_names(ks)``; with ``approx`` also ``approx_recall_at_1`` and
-        ``approx_recall_sample``; with ``query_sample`` also ``num_queries``.
+        The keys of ``metric_names(ks)``; in approximate mode also ``approx_recall_at_1``,
+        ``approx_recall_sample``, the search parameter used (``approx_nprobe`` or ``approx_efSearch``),
+        the build parameter (``approx_nlist`` or ``approx_M``, unless loaded) and, when tuned,
+        ``approx_tune_sample`` and ``approx_target_reached`` (1.0 or 0.0); with ``query_sample``
+        also ``num_queries``.
     """
     ks = check_ks(ks)
     arr = _open(embeddings)
@@ -211,7 +257,10 @@ def retrieval_metrics_from_file(
 
     rng = np.random.default_rng(seed)
     queries = np.arange(n) if query_sample is None else np.sort(rng.choice(n, size=min(n, int(query_sample)), replace=False))
-    index = None if approx is None else _build_index(arr, approx, dict(approx_params or {}), block, seed)
+    index, info = None, {}
+    if approx is not None or index_file is not None:
+        index, info = _approx_setup(arr, approx, approx_params, index_file, target_recall, recall_sample, tune_sample,
+                                    block, tile, rng, seed)
     sums = MetricSums(ks)
     for a0 in range(0, len(queries), block):
         q_ids_np = queries[a0 : a0 + block]
@@ -219,8 +268,10 @@ def retrieval_metrics_from_file(
         q = torch.from_numpy(np.ascontiguousarray(arr[q_ids_np], dtype=np.float32))
         if not bool(torch.isfinite(q).all()):
             raise ValueError("the embeddings contain NaN or infinite values; check the model output before evaluating.")
-        _, idx = _exact(arr, q, q_ids, k, block, tile) if index is None else _approx(index, q, q_ids, k)
-        idx_np = idx.numpy()
+        if index is None:
+            idx_np = _exact(arr, q, q_ids, k, block, tile)[1].numpy()
+        else:
+            idx_np = search_neighbours(index, q.numpy(), q_ids_np, k)[1]
         neighbour_codes = np.where(idx_np >= 0, codes[np.clip(idx_np, 0, None)], -1)
         active = rel_count[q_ids_np] > 0
         match = neighbour_codes[active] == codes[q_ids_np][active, None]
@@ -228,49 +279,6 @@ def retrieval_metrics_from_file(
     out = sums.result(names)
     if query_sample is not None:
         out["num_queries"] = float(len(queries))
-    if index is not None:
-        sample = np.sort(rng.choice(n, size=min(n, int(recall_sample)), replace=False))
-        s_ids = torch.from_numpy(sample)
-        s = torch.from_numpy(np.ascontiguousarray(arr[sample], dtype=np.float32))
-        exact_d, _ = _exact(arr, s, s_ids, 1, block, tile)
-        approx_d, _ = _approx(index, s, s_ids, 1)
-        found = approx_d[:, 0] <= exact_d[:, 0] * (1 + 1e-5) + 1e-12
-        out["approx_recall_at_1"] = float(found.double().mean())
-        out["approx_recall_sample"] = float(len(sample))
+    out.update(info)
     return out
 
-
-def clustering_metrics_from_file(
-    embeddings: str | Path | np.ndarray, labels: Any, *, budget_mb: float = 256, seed: int = 0, niter: int = 20
-) -> dict[str, float]:
-    """``{"NMI", "F1"}`` of faiss k-means with one cluster per label, for embeddings on disk (see module docstring)."""
-    import faiss
-
-    from dmlkit.evaluation.clustering import nmi, pairwise_f1
-
-    arr = _open(embeddings)
-    n, d = arr.shape
-    y = check_labels(labels, "labels", n, "embeddings")
-    if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
-        raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
-    k = int(np.unique(y).size)
-    rows = int(budget_mb * 2**20) // (8 * d)  # the sample, and one block of the same size for assignment
-    if rows < k:
-        raise ValueError(f"budget_mb is too small to cluster into {k} clusters of d={d}: raise it to at least {math.ceil(8 * d * k / 2**20)} MB")
-    size = min(n, 256 * k, rows)
-    if size == n:
-        sample = _rows(arr, 0, n).numpy()
-    else:
-        picks = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
-        sample = np.ascontiguousarray(arr[picks], dtype=np.float32)
-        if not np.isfinite(sample).all():
-            raise ValueError("the embeddings contain NaN or infinite values; check the model output before evaluating.")
-    km = faiss.Kmeans(d, k, niter=int(niter), nredo=1, seed=int(seed), verbose=False, min_points_per_centroid=1)
-    km.train(sample)
-    del sample
-    assign = np.empty(n, dtype=np.int64)
-    for s0 in range(0, n, rows):
-        s1 = min(n, s0 + rows)
-        _, a = km.index.search(np.ascontiguousarray(_rows(arr, s0, s1).numpy()), 1)
-        assign[s0:s1] = a.reshape(-1)
-    return {"NMI": nmi(y, assign), "F1": pairwise_f1(y, assign)}
