@@ -38,8 +38,10 @@ at its worst moment, torch, faiss and numpy buffers alike. With
 (dmlkit first); times are then as valid, but memory that the first call freed
 and the allocator kept can be reused by the second, which then looks smaller.
 
-``--approx`` forwards to :mod:`benchmarks.retrieval_large` (a gallery on disk,
-approximate vs exact search), also ``dmlkit bench retrieval_large``; ``--processes N``
+``--approx`` forwards to :mod:`benchmarks.retrieval_tradeoff` (a gallery on disk: recall@1, search
+and build time, memory of approximate indexes against exact search, table and PNG plot), also
+``dmlkit bench retrieval_tradeoff``; the metrics of one approximate setting against exact are
+``dmlkit bench retrieval_large``; ``--processes N``
 to :mod:`benchmarks.retrieval_sharded` (the metrics over N processes against one, also
 ``dmlkit bench retrieval_sharded``).
 """
@@ -281,10 +283,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``dmlkit bench retrieval``; returns 0 when the values agree
-    (to 1e-6, or within the float32-tie bounds). ``--approx`` runs :mod:`benchmarks.retrieval_large`,
+    (to 1e-6, or within the float32-tie bounds). ``--approx`` runs :mod:`benchmarks.retrieval_tradeoff`,
     ``--processes N`` :mod:`benchmarks.retrieval_sharded` (N processes against one)."""
     if "--approx" in (sys.argv[1:] if argv is None else argv):
-        from benchmarks.retrieval_large import main as approx_main
+        from benchmarks.retrieval_tradeoff import main as approx_main
 
         return approx_main(argv)
     if any(a == "--processes" or a.startswith("--processes=") for a in (sys.argv[1:] if argv is None else argv)):

@@ -1,6 +1,7 @@
 """Benchmark: retrieval metrics of a gallery on disk, approximate vs exact (``dmlkit bench retrieval_large``).
 
-``dmlkit bench retrieval --approx ...`` runs it too.
+The recall / time / memory trade-off of several index settings is ``dmlkit bench retrieval --approx``
+(:mod:`benchmarks.retrieval_tradeoff`).
 
 Data: ``n`` x ``dim`` float32 embeddings written block by block to a temporary
 ``.npy`` file (never whole in memory), the class-centre-plus-noise model of
@@ -111,7 +112,7 @@ def format_table(r: dict[str, Any]) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     p = h.parser("retrieval_large", __doc__)
-    p.add_argument("--approx", action="store_true", help="accepted, for ``dmlkit bench retrieval --approx``")
+    p.add_argument("--approx", action="store_true", help="accepted (the approximate side always runs)")
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--per-class", type=float, default=5)

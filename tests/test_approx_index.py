@@ -136,3 +136,15 @@ def test_nan_rows_in_the_gallery_are_refused_built_or_loaded(tmp_path):
         retrieval_metrics_from_file(x, y, approx="ivf", tune_sample=0)
     with pytest.raises(ValueError, match="target_recall"):
         retrieval_metrics_from_file(x, y, approx="ivf", target_recall=1.5)
+
+
+def test_bench_retrieval_approx_prints_the_tradeoff_and_writes_the_plot(tmp_path, capsys):
+    from benchmarks.retrieval import main
+
+    png = tmp_path / "tradeoff.png"
+    argv = ["--approx", "--n", "3000", "--dim", "8", "--queries", "200", "--tune-sample", "200", "--plot", str(png)]
+    assert main(argv + ["--data", "latent", "--latent-dim", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "exact (streamed)" in out and "ivf nlist=55" in out and "ivf_sq8 nlist=55" in out and "hnsw M=32" in out
+    assert out.count(" *") == 3  # one tuned choice per index
+    assert "reaches 0.95" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

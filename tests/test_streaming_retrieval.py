@@ -101,7 +101,7 @@ def test_hostile_inputs_are_reported(data, tmp_path):
 
 
 def test_bench_approx_runs_on_a_small_gallery(capsys):
-    from benchmarks.retrieval import main
+    from benchmarks.retrieval_large import main
 
     assert main(["--approx", "--n", "3000", "--dim", "8", "--queries", "300", "--recall-sample", "100", "--exact"]) == 0
     out = capsys.readouterr().out

@@ -48,7 +48,9 @@ from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedd
 from dmlkit.evaluation.zero_shot import per_class_means, zero_shot_attribute_eval
 from dmlkit.evaluation.retrieval import metric_names, retrieval_metrics
 from dmlkit.evaluation.sharded import MIN_BLOCK_ROWS, sharded_retrieval_metrics
-from dmlkit.evaluation.streaming import APPROX_METHODS, clustering_metrics_from_file, retrieval_metrics_from_file
+from dmlkit.evaluation.streaming import (
+    APPROX_METHODS, clustering_metrics_from_file, nearest_distances_from_file, retrieval_metrics_from_file,
+)
 from dmlkit.evaluation.verification import (
     best_threshold,
     kfold_accuracy,
@@ -77,6 +79,7 @@ __all__ = [
     # embeddings on disk
     "retrieval_metrics_from_file",
     "clustering_metrics_from_file",
+    "nearest_distances_from_file",
     "APPROX_METHODS",
     # approximate search for evaluation (faiss)
     "IndexPlan",

@@ -14,8 +14,8 @@ Build parameters (:func:`plan_index`), from the number of rows ``n``; any of the
   plus about ``8 M n`` bytes of links.
 
 Search parameter (``nprobe`` lists, or ``efSearch`` candidates), chosen from the data unless given
-(:func:`tune_search`): the smallest value of the ladder ``1, 2, 4, ..., nlist`` (IVF) or
-``16, 32, ..., 2048`` (HNSW) whose recall@1 on a seeded tuning sample of queries reaches
+(:func:`tune_search`): the smallest value of the ladder ``1, 2, 3, 4, 6, 8, 11, 16, ..., nlist`` (IVF,
+steps of about sqrt(2)) or ``16, 23, 32, 45, ..., 2048`` (HNSW) whose recall@1 on a seeded tuning sample of queries reaches
 ``target_recall`` (default 0.95), or the last value when none does. Recall@1 (:func:`recall_at_1`)
 is the fraction of queries whose approximate nearest neighbour (the query itself left out) lies at the
 exact nearest distance: ``d(q, returned row) <= d_exact (1 + 1e-5) + 1e-12`` (the returned row's distance
@@ -48,7 +48,7 @@ APPROX_METHODS = ("ivf", "ivf_sq8", "hnsw")
 _IVF = ("ivf", "ivf_sq8")
 _PARAMS = {"ivf": ("nlist", "nprobe", "train_size"), "ivf_sq8": ("nlist", "nprobe", "train_size"),
            "hnsw": ("M", "efConstruction", "efSearch")}
-_HNSW_LADDER = (16, 32, 64, 128, 256, 512, 1024, 2048)
+_HNSW_LADDER = (16, 23, 32, 45, 64, 91, 128, 181, 256, 362, 512, 724, 1024, 1448, 2048)
 #: Relative tolerance of "at the exact nearest distance" (float32 distances of faiss vs the exact search).
 RECALL_RTOL = 1e-5
 
@@ -182,8 +182,8 @@ def search_ladder(index: Any) -> list[int]:
     if method == "exact":
         return [1]
     nlist = int(faiss.extract_index_ivf(index).nlist)
-    ladder = [1 << i for i in range(max(1, nlist.bit_length())) if (1 << i) < nlist]
-    return ladder + [nlist]
+    steps = sorted({round(2 ** (i / 2)) for i in range(2 * nlist.bit_length())})  # factors of sqrt(2)
+    return [v for v in steps if v < nlist] + [nlist]
 
 
 def set_search_param(index: Any, value: int) -> None:

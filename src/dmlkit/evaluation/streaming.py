@@ -63,7 +63,7 @@ from dmlkit.evaluation.clustering_streamed import clustering_metrics_from_file
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, knn_search
 from dmlkit.evaluation.retrieval import MetricSums, check_ks, check_labels, metric_names
 
-__all__ = ["retrieval_metrics_from_file", "clustering_metrics_from_file", "APPROX_METHODS"]
+__all__ = ["retrieval_metrics_from_file", "clustering_metrics_from_file", "nearest_distances_from_file", "APPROX_METHODS"]
 
 _MIN_ROWS = 64
 
@@ -140,6 +140,23 @@ def _exact_nearest(arr: np.ndarray, ids: np.ndarray, block: int, tile: int) -> n
         dist, _ = _exact(arr, q, torch.from_numpy(part), 1, block, tile)
         out[s : s + len(part)] = dist[:, 0].numpy()
     return out
+
+
+def nearest_distances_from_file(embeddings: str | Path | np.ndarray, ids: Any, *, budget_mb: float = 256) -> np.ndarray:
+    """Exact squared distance from each row ``ids`` to its nearest other row, streamed within ``budget_mb``.
+
+    The reference that approximate search is measured against (``approx_recall_at_1``).
+    """
+    arr = _open(embeddings)
+    n, d = arr.shape
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(f"ids must be row numbers in 0..{n - 1}")
+    if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
+        raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
+    budget = int(budget_mb * 2**20)
+    tile = min(DEFAULT_MAX_BLOCK_BYTES, budget // 4)
+    return _exact_nearest(arr, ids, _block_rows(budget, d, 1, tile, n), tile)
 
 
 def _check_samples(**sizes: Any) -> None:
