@@ -84,3 +84,13 @@ def test_nan_rows_are_refused(data, tmp_path):
         clustering_metrics_from_file(tmp_path / "bad.npy", labels)  # in the sample
     with pytest.raises(ValueError, match=r"NaN.*rows 800\.\.|NaN.*sample"):
         clustering_metrics_from_file(tmp_path / "bad.npy", labels, sample_size=30, budget_mb=(30 + 30 + 100) * 4 * 6 / 2**20)
+
+
+def test_bench_clustering_large_reports_the_sample_and_the_in_memory_reference(capsys):
+    from benchmarks.clustering_large import main
+
+    assert main(["--n", "3000", "--dim", "8", "--per-class", "60", "--sample-sizes", "500,3000", "--compare"]) == 0
+    out = capsys.readouterr().out
+    lines = [line.split() for line in out.splitlines()[2:]]
+    assert [line[:2] for line in lines] == [["streamed", "500"], ["streamed", "3,000"], ["in", "memory"]]
+    assert lines[1][-2:] == ["+0.0000", "+0.0000"]  # the whole set as the sample is the in-memory clustering

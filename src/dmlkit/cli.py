@@ -19,7 +19,7 @@ from dmlkit.interrupts import RunsInterrupted
 # Benchmarks: name -> module of the top-level ``benchmarks/`` folder of a source checkout (``dmlkit bench NAME ARGS``).
 BENCHMARKS = {
     name: f"benchmarks.{name}"
-    for name in ("retrieval", "retrieval_large", "retrieval_sharded", "retrieval_tradeoff", "fastap", "sft", "ccp", "gsp", "data", "search", "ddp", "train")
+    for name in ("retrieval", "retrieval_large", "retrieval_sharded", "retrieval_tradeoff", "clustering_large", "fastap", "sft", "ccp", "gsp", "data", "search", "ddp", "train")
 }
 
 # Controlled studies: name -> module with main(argv) -> int (``dmlkit study NAME ARGS``).
