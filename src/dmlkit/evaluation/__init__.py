@@ -29,7 +29,7 @@ Nothing here imports training code.
 """
 
 from dmlkit.evaluation.approx_index import (
-    IndexPlan, TunePoint, build_index, load_index, plan_index, recall_at_1, tune_search,
+    IndexPlan, TunePoint, build_index, load_index, plan_index, recall_at_1, tune_search, wilson_lower,
 )
 from dmlkit.evaluation.clustering import clustering_metrics, kmeans_assign, nmi, pairwise_f1
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
@@ -89,6 +89,7 @@ __all__ = [
     "load_index",
     "recall_at_1",
     "tune_search",
+    "wilson_lower",
     # verification
     "verification_metrics",
     "kfold_accuracy",

@@ -28,7 +28,8 @@ Approximate mode (``approx="ivf"``, ``"ivf_sq8"`` or ``"hnsw"``, or ``index_file
     ``dmlkit index build`` folder, which must hold exactly these rows: dimension and count are
     checked). Unless ``approx_params`` fixes it, the search parameter (IVF ``nprobe``, HNSW
     ``efSearch``) is tuned: the cheapest value whose recall@1 against exact search on
-    ``tune_sample`` seeded queries reaches ``target_recall`` (0.95). Every query is then searched
+    ``tune_sample`` seeded queries reaches ``target_recall`` (0.95) with 95% confidence (Wilson
+    lower bound, ``approx_index.tune_search``). Every query is then searched
     for ``K + 1`` neighbours. The quality is reported with the metrics: ``approx_recall_at_1`` is
     the fraction of ``recall_sample`` other seeded queries (disjoint from the tuning sample when
     ``n`` allows) whose approximate nearest neighbour is at the exact nearest distance (found by the
@@ -198,8 +199,9 @@ def _approx_setup(
     if fixed is None:
         q = np.ascontiguousarray(arr[tune_ids], dtype=np.float32)
         chosen, curve = tune_search(index, arr, q, tune_ids, exact[report:], target_recall)
-        info.update(approx_tune_sample=float(tune), approx_target_reached=float(curve[-1].recall >= target_recall))
-        if curve[-1].recall < target_recall:
+        reached = curve[-1].lower >= target_recall or curve[-1].recall == 1.0
+        info.update(approx_tune_sample=float(tune), approx_target_reached=float(reached))
+        if not reached:
             warnings.warn(f"no {name} reached recall@1 {target_recall} (best {curve[-1].recall:.3f} at {name}={chosen}); "
                           "on data this hard exact search (approx=None) is as fast", RuntimeWarning, stacklevel=3)
     else:
