@@ -112,7 +112,7 @@ def _index_bytes(index: Any, method: str, n: int, d: int, nlist: int) -> int:
     if method == "ivf":
         return n * (4 * d + 8) + 4 * d * nlist
     if method == "ivf_sq8":
-        return n * (d + 8) + 4 * d * nlist
+        return n * (d + 8) + 4 * d * nlist  # re-ranking reads the rows from the file
     return n * 4 * d + 4 * int(index.hnsw.neighbors.size()) + 8 * (n + 1) + 4 * n
 
 
@@ -128,19 +128,19 @@ def _method_rows(arr: np.ndarray, method: str, m: int, rep: np.ndarray, d_rep: n
     built = h.measure(lambda: build_index(plan, lambda s, e: np.ascontiguousarray(arr[s:e], dtype=np.float32),
                                           n, d, 65536, seed))
     index = built.value
-    chosen, curve = tune_search(index, arr, np.ascontiguousarray(arr[tune]), tune, d_tune, target)
+    chosen, curve = tune_search(index, arr, np.ascontiguousarray(arr[tune]), tune, d_tune, target, rerank=plan.rerank)
     q = np.ascontiguousarray(arr[rep], dtype=np.float32)
     points = []
     for value in search_ladder(index):
         set_search_param(index, value)
         t0 = time.perf_counter()
-        search_neighbours(index, q, rep, k)
+        search_neighbours(index, q, rep, k, arr, plan.rerank)
         per_query = (time.perf_counter() - t0) / len(rep)
-        recall = recall_at_1(index, arr, q, rep, d_rep)
+        recall = recall_at_1(index, arr, q, rep, d_rep, plan.rerank)
         points.append({"value": value, "recall": recall, "seconds_per_query": per_query, "chosen": value == chosen})
         if value >= chosen and (recall >= 0.99 or per_query > max_ratio * exact_per_query):
             break
-    out = {"method": method, "setting": plan.describe(), "param": plan.search_name, "build_seconds": built.seconds,
+    out = {"method": method, "setting": plan.describe() + (f" rerank={plan.rerank}" if plan.rerank else ""), "param": plan.search_name, "build_seconds": built.seconds,
            "build_peak_anon_bytes": built.peak_anon_bytes, "index_bytes": _index_bytes(index, method, n, d, plan.nlist),
            "chosen": chosen, "tune_recall": curve[-1].recall, "tune_lower": curve[-1].lower,
            "reached": curve[-1].lower >= target or curve[-1].recall == 1.0, "points": points}

@@ -153,3 +153,16 @@ def test_bench_retrieval_approx_prints_the_tradeoff_and_writes_the_plot(tmp_path
     assert "exact (streamed)" in out and "ivf nlist=55" in out and "ivf_sq8 nlist=55" in out and "hnsw M=32" in out
     assert out.count(" *") == 3  # one tuned choice per index
     assert "reaches 0.95" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ivf_sq8_reranked_by_exact_distance_from_the_file_gives_the_exact_metrics(tmp_path):
+    x, y = low_dim_data(n=1000, d=32, latent=8)
+    np.save(tmp_path / "emb.npy", x)
+    exact = retrieval_metrics(x, y)
+    params = {"nlist": 8, "nprobe": 8}  # every list probed: only the 8-bit quantisation is approximate
+    got = retrieval_metrics_from_file(tmp_path / "emb.npy", y, approx="ivf_sq8", approx_params=params, recall_sample=1000)
+    assert got.pop("approx_recall_at_1") == 1.0
+    assert {k: got[k] for k in exact} == pytest.approx(exact, abs=1e-12)
+    raw = retrieval_metrics_from_file(tmp_path / "emb.npy", y, approx="ivf_sq8", approx_params={**params, "rerank": 1},
+                                      recall_sample=1000)
+    assert raw["approx_recall_at_1"] < 1.0  # without re-ranking the quantised distances misorder near neighbours

@@ -9,7 +9,10 @@ Build parameters (:func:`plan_index`), from the number of rows ``n``; any of the
   trained on a seeded sample of ``train_size = 40 nlist`` rows (faiss warns below 39 per list). Memory:
   the float32 rows (``4 n d`` bytes) plus 8-byte ids.
 - ``ivf_sq8``: the same lists holding rows quantised to 8 bits per dimension (``IndexIVFScalarQuantizer``,
-  ``QT_8bit``): a quarter of the memory, distances within the quantisation error.
+  ``QT_8bit``): a quarter of the memory. Its distances carry the quantisation error, which exceeds the
+  gap between near neighbours of real embeddings, so by default ``rerank = 4``: ``4 (k + 1)`` candidates
+  are fetched and re-ranked by their exact distance to the query, read from the rows on disk (the
+  memory-mapped file, in chunks of 256 queries); ``rerank = 1`` turns it off.
 - ``hnsw``: ``IndexHNSWFlat`` with ``M = 32`` links per node, ``efConstruction = 40``. Memory: the rows
   plus about ``8 M n`` bytes of links.
 
@@ -51,7 +54,7 @@ __all__ = [
 
 APPROX_METHODS = ("ivf", "ivf_sq8", "hnsw")
 _IVF = ("ivf", "ivf_sq8")
-_PARAMS = {"ivf": ("nlist", "nprobe", "train_size"), "ivf_sq8": ("nlist", "nprobe", "train_size"),
+_PARAMS = {"ivf": ("nlist", "nprobe", "train_size"), "ivf_sq8": ("nlist", "nprobe", "train_size", "rerank"),
            "hnsw": ("M", "efConstruction", "efSearch")}
 _HNSW_LADDER = (16, 23, 32, 45, 64, 91, 128, 181, 256, 362, 512, 724, 1024, 1448, 2048)
 #: Relative tolerance of "at the exact nearest distance" (float32 distances of faiss vs the exact search).
@@ -69,6 +72,7 @@ class IndexPlan:
     M: int = 0
     ef_construction: int = 0
     search_param: int | None = None
+    rerank: int = 0
 
     @property
     def search_name(self) -> str:
@@ -103,7 +107,9 @@ def plan_index(n: int, method: str, params: Mapping[str, Any] | None = None) -> 
         if train < nlist:
             raise ValueError(f"approx_params['train_size'] = {train} is below nlist = {nlist}; train on at least one row per list")
         probe = values.get("nprobe")
-        return IndexPlan(method, nlist=nlist, train_size=train, search_param=None if probe is None else min(probe, nlist))
+        rerank = values.get("rerank", 4) if method == "ivf_sq8" else 0
+        return IndexPlan(method, nlist=nlist, train_size=train, search_param=None if probe is None else min(probe, nlist),
+                         rerank=rerank if rerank > 1 else 0)
     return IndexPlan(method, M=values.get("M", 32), ef_construction=values.get("efConstruction", 40),
                      search_param=values.get("efSearch"))
 
@@ -203,23 +209,43 @@ def set_search_param(index: Any, value: int) -> None:
         ivf.nprobe = min(int(value), int(ivf.nlist))
 
 
-def search_neighbours(index: Any, queries: np.ndarray, query_ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """``k`` nearest rows of each query other than itself: ``(squared distances, ids)``, missing ones ``(inf, -1)``."""
-    dist, idx = index.search(np.ascontiguousarray(queries, dtype=np.float32), k + 1)
+def search_neighbours(index: Any, queries: np.ndarray, query_ids: np.ndarray, k: int, gallery: np.ndarray | None = None,
+                      rerank: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` nearest rows of each query other than itself: ``(squared distances, ids)``, missing ones ``(inf, -1)``.
+
+    With ``rerank > 1`` and the indexed rows ``gallery``, ``rerank (k + 1)`` candidates are fetched and
+    ordered by their exact float64 distance to the query (ties by id) instead of the index's estimate.
+    """
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if rerank > 1 and gallery is not None:
+        _, cand = index.search(queries, rerank * (k + 1))
+        dist = np.full(cand.shape, np.inf)
+        for s in range(0, len(queries), 256):
+            c = cand[s : s + 256]
+            ok = (c >= 0) & (c != query_ids[s : s + 256, None])
+            uniq, inverse = np.unique(c[ok], return_inverse=True)
+            rows = np.asarray(gallery[uniq], dtype=np.float64)[inverse]
+            q = np.repeat(queries[s : s + 256].astype(np.float64), ok.sum(axis=1), axis=0)
+            block = dist[s : s + 256]
+            block[ok] = ((q - rows) ** 2).sum(axis=1)
+        idx = cand
+    else:
+        dist, idx = index.search(queries, k + 1)
     dist = np.where((idx == query_ids[:, None]) | (idx < 0), np.inf, dist)
-    order = np.argsort(dist, axis=1, kind="stable")[:, :k]
+    order = np.lexsort((idx, dist), axis=1)[:, :k]  # by distance, ties by id
     dist, idx = np.take_along_axis(dist, order, 1), np.take_along_axis(idx, order, 1)
     return dist, np.where(np.isfinite(dist), idx, -1)
 
 
-def recall_at_1(index: Any, gallery: np.ndarray, queries: np.ndarray, query_ids: np.ndarray, exact_d2: np.ndarray) -> float:
+def recall_at_1(index: Any, gallery: np.ndarray, queries: np.ndarray, query_ids: np.ndarray, exact_d2: np.ndarray,
+                rerank: int = 0) -> float:
     """Fraction of queries whose approximate nearest other row is at the exact nearest squared distance ``exact_d2``.
 
     The distance of the row the index returns is recomputed in float64 from ``gallery`` (the indexed rows,
     any array indexable by row ids, e.g. a memmap), so quantised indexes (``ivf_sq8``) are judged by the
     true distance of what they return, not by their own estimate of it.
     """
-    _, ids = search_neighbours(index, queries, query_ids, 1)
+    _, ids = search_neighbours(index, queries, query_ids, 1, gallery, rerank)
     found = ids[:, 0]
     ok = found >= 0
     rows = np.asarray(gallery[np.sort(found[ok])], dtype=np.float64)[np.argsort(np.argsort(found[ok]))]
@@ -246,7 +272,7 @@ class TunePoint:
 
 
 def tune_search(index: Any, gallery: np.ndarray, queries: np.ndarray, query_ids: np.ndarray, exact_d2: np.ndarray,
-                target_recall: float = 0.95, confidence: float = 0.95) -> tuple[int, list[TunePoint]]:
+                target_recall: float = 0.95, confidence: float = 0.95, rerank: int = 0) -> tuple[int, list[TunePoint]]:
     """The cheapest ladder value whose recall@1 reaches ``target_recall`` with ``confidence``, and the curve tried.
 
     "Reaches" means that the one-sided Wilson lower bound (:func:`wilson_lower`) of the recall measured on
@@ -261,7 +287,7 @@ def tune_search(index: Any, gallery: np.ndarray, queries: np.ndarray, query_ids:
     curve: list[TunePoint] = []
     for value in search_ladder(index):
         set_search_param(index, value)
-        recall = recall_at_1(index, gallery, queries, query_ids, exact_d2)
+        recall = recall_at_1(index, gallery, queries, query_ids, exact_d2, rerank)
         curve.append(TunePoint(value, recall, wilson_lower(recall, len(queries), confidence)))
         if curve[-1].lower >= target_recall or recall == 1.0:
             break

@@ -169,8 +169,8 @@ def _check_samples(**sizes: Any) -> None:
 def _approx_setup(
     arr: np.ndarray, approx: str | None, approx_params: dict[str, Any] | None, index_file: str | Path | None,
     target_recall: float, recall_sample: int, tune_sample: int, block: int, tile: int, rng: np.random.Generator, seed: int,
-) -> tuple[Any, dict[str, float]]:
-    """The index (built or loaded, search parameter set or tuned) and the ``approx_*`` entries of the result."""
+) -> tuple[tuple[Any, int], dict[str, float]]:
+    """``(index, rerank)`` (built or loaded, search parameter set or tuned) and the ``approx_*`` entries of the result."""
     n, d = arr.shape
     params = dict(approx_params or {})
     _check_samples(recall_sample=recall_sample, tune_sample=tune_sample)
@@ -178,16 +178,18 @@ def _approx_setup(
         raise ValueError(f"target_recall must be in (0, 1]; got {target_recall!r} (0.95 is usual)")
     if index_file is not None:
         index = load_index(index_file, n, d)
-        extra = sorted(set(params) - {"nprobe", "efSearch"})
+        extra = sorted(set(params) - {"nprobe", "efSearch", "rerank"})
         if extra:
-            raise ValueError(f"approx_params {extra} are build parameters, fixed in the saved index; pass only nprobe or efSearch")
+            raise ValueError(f"approx_params {extra} are build parameters, fixed in the saved index; "
+                             "pass only nprobe, efSearch or rerank")
         fixed = params.get("nprobe", params.get("efSearch"))
         name = "efSearch" if "efSearch" in params else "nprobe"
+        rerank = int(params.get("rerank", 0))
         info: dict[str, float] = {}
     else:
         plan = plan_index(n, str(approx), params)
         index = build_index(plan, lambda s, e: _rows(arr, s, e).numpy(), n, d, block, seed)
-        fixed, name = plan.search_param, plan.search_name
+        fixed, name, rerank = plan.search_param, plan.search_name, plan.rerank
         info = {"approx_nlist": float(plan.nlist)} if plan.nlist else {"approx_M": float(plan.M)}
     tune = 0 if fixed is not None else min(n, int(tune_sample))
     report = min(n, int(recall_sample))
@@ -198,7 +200,7 @@ def _approx_setup(
     exact = _exact_nearest(arr, both, block, tile)
     if fixed is None:
         q = np.ascontiguousarray(arr[tune_ids], dtype=np.float32)
-        chosen, curve = tune_search(index, arr, q, tune_ids, exact[report:], target_recall)
+        chosen, curve = tune_search(index, arr, q, tune_ids, exact[report:], target_recall, rerank=rerank)
         reached = curve[-1].lower >= target_recall or curve[-1].recall == 1.0
         info.update(approx_tune_sample=float(tune), approx_target_reached=float(reached))
         if not reached:
@@ -209,9 +211,9 @@ def _approx_setup(
         chosen = int(fixed)
     q = np.ascontiguousarray(arr[report_ids], dtype=np.float32)
     info.update({f"approx_{name}": float(chosen),
-                 "approx_recall_at_1": recall_at_1(index, arr, q, report_ids, exact[:report]),
+                 "approx_recall_at_1": recall_at_1(index, arr, q, report_ids, exact[:report], rerank),
                  "approx_recall_sample": float(report)})
-    return index, info
+    return (index, rerank), info
 
 
 def retrieval_metrics_from_file(
@@ -237,7 +239,8 @@ def retrieval_metrics_from_file(
         ks: the ``K`` of each ``recall_at_{K}``.
         budget_mb: memory bound of the exact search's buffers (see module docstring).
         approx: ``None`` (exact), ``"ivf"``, ``"ivf_sq8"`` or ``"hnsw"`` (faiss); ``approx_params`` sets
-            ``nlist``, ``nprobe``, ``train_size`` (IVF) or ``M``, ``efConstruction``, ``efSearch`` (HNSW);
+            ``nlist``, ``nprobe``, ``train_size`` (IVF; ``rerank`` for ``ivf_sq8``) or ``M``,
+            ``efConstruction``, ``efSearch`` (HNSW);
             by default they are chosen from ``n`` and the search parameter is tuned to ``target_recall``.
         index_file: a saved faiss index of exactly these rows (file, or ``dmlkit index build`` folder),
             used instead of building one (implies approximate mode).
@@ -290,7 +293,7 @@ def retrieval_metrics_from_file(
         if index is None:
             idx_np = _exact(arr, q, q_ids, k, block, tile)[1].numpy()
         else:
-            idx_np = search_neighbours(index, q.numpy(), q_ids_np, k)[1]
+            idx_np = search_neighbours(index[0], q.numpy(), q_ids_np, k, arr, index[1])[1]
         neighbour_codes = np.where(idx_np >= 0, codes[np.clip(idx_np, 0, None)], -1)
         active = rel_count[q_ids_np] > 0
         match = neighbour_codes[active] == codes[q_ids_np][active, None]
