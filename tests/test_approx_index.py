@@ -120,6 +120,11 @@ def test_a_saved_index_is_used_and_checked_against_the_embeddings(tmp_path):
         load_index(tmp_path / "idx", 1000, 16)
     with pytest.raises(ValueError, match="build parameters"):
         retrieval_metrics_from_file(x, y, index_file=tmp_path / "idx", approx_params={"nlist": 4})
+    with pytest.raises(ValueError, match="searched with nprobe"):
+        retrieval_metrics_from_file(x, y, index_file=tmp_path / "idx", approx_params={"efSearch": 4})
+    SearchIndex.build(x, IndexConfig(mode="hnsw", m=8)).save(tmp_path / "hnsw")
+    tuned = retrieval_metrics_from_file(x, y, index_file=tmp_path / "hnsw", recall_sample=200, tune_sample=200)
+    assert tuned["approx_efSearch"] >= 16 and tuned["approx_target_reached"] == 1.0
     with pytest.raises(ValueError, match="dmlkit index build"):
         retrieval_metrics_from_file(x, y, index_file=tmp_path / "missing")
     (tmp_path / "junk.faiss").write_bytes(b"not an index")

@@ -183,6 +183,11 @@ def _method_of(index: Any) -> str:
         return "exact"
 
 
+def search_param_name(index: Any) -> str:
+    """``"efSearch"`` for an HNSW index, ``"nprobe"`` otherwise."""
+    return "efSearch" if _method_of(index) == "hnsw" else "nprobe"
+
+
 def search_ladder(index: Any) -> list[int]:
     """The values of the search parameter that :func:`tune_search` tries, cheapest first."""
     import faiss

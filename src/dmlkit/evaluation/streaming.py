@@ -58,7 +58,8 @@ import numpy as np
 import torch
 
 from dmlkit.evaluation.approx_index import (
-    APPROX_METHODS, build_index, load_index, plan_index, recall_at_1, search_neighbours, set_search_param, tune_search,
+    APPROX_METHODS, build_index, load_index, plan_index, recall_at_1, search_neighbours, search_param_name,
+    set_search_param, tune_search,
 )
 from dmlkit.evaluation.clustering_streamed import clustering_metrics_from_file
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, knn_search
@@ -182,8 +183,10 @@ def _approx_setup(
         if extra:
             raise ValueError(f"approx_params {extra} are build parameters, fixed in the saved index; "
                              "pass only nprobe, efSearch or rerank")
-        fixed = params.get("nprobe", params.get("efSearch"))
-        name = "efSearch" if "efSearch" in params else "nprobe"
+        name = search_param_name(index)
+        fixed = params.get(name)
+        if ({"nprobe", "efSearch"} - {name}) & set(params):
+            raise ValueError(f"'{index_file}' is searched with {name}; pass approx_params={{'{name}': ...}} or none to tune it")
         rerank = int(params.get("rerank", 0))
         info: dict[str, float] = {}
     else:
