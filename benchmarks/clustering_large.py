@@ -9,7 +9,7 @@ the level before the call, the memory-mapped file's pages not counted):
 
 * ``streamed``: :func:`dmlkit.evaluation.clustering_streamed.clustering_metrics_from_file` with
   ``--budget-mb`` (k-means on the sample size it reports, every row assigned block by block), once per
-  ``--sample-sizes`` value (default: the size the budget gives);
+  ``--sample-sizes`` value (0, the default: the size the budget gives);
 * ``in memory`` (``--compare``): :func:`dmlkit.evaluation.clustering_metrics` of all rows loaded into
   memory (faiss k-means, which itself subsamples to 256 points per centroid).
 
@@ -44,7 +44,8 @@ def run(n: int = 200_000, dim: int = 128, per_class: float = 200, seed: int = 0,
         labels = make_file(path, n, dim, per_class, seed)
         write_s = time.perf_counter() - t0
         for size in sample_sizes or (None,):
-            m = h.measure(lambda: clustering_metrics_from_file(path, labels, budget_mb=budget_mb, sample_size=size, seed=seed))
+            m = h.measure(lambda: clustering_metrics_from_file(path, labels, budget_mb=budget_mb, sample_size=size or None,
+                                                               seed=seed))
             rows.append({"mode": "streamed", "seconds": m.seconds, "peak_anon_bytes": m.peak_anon_bytes, **m.value})
         if compare:
             def in_memory() -> dict[str, float]:
@@ -82,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--per-class", type=float, default=200, help="items per label; k = n / per_class clusters")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget-mb", type=float, default=256)
-    p.add_argument("--sample-sizes", default="", help="comma-separated k-means sample sizes (default: from the budget)")
+    p.add_argument("--sample-sizes", default="", help="comma-separated k-means sample sizes; 0 or none: the size the budget gives")
     p.add_argument("--compare", action="store_true", help="also cluster all rows in memory (clustering_metrics)")
     return p
 

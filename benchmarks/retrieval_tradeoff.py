@@ -183,7 +183,7 @@ def run(n: int = 1_000_000, dim: int = 128, per_class: float = 5, seed: int = 0,
         rows = [_method_rows(arr, m, hnsw_m, rep, d_rep, tune, d_tune, k, target, exact_pq, max_ratio, seed)
                 for m in methods]
         del arr
-    name = {"latent": f"latent (L={latent_dim})", "tiled": f"tiled from {source}"}.get(data, data)
+    name = {"latent": f"latent (L={latent_dim})", "tiled": f"tiled from {Path(str(source)).name}"}.get(data, data)
     result = {"n": n, "dim": dim, "data": name, "per_class": per_class,
               "k": k, "queries": queries, "tune_sample": tune_sample, "target": target, "budget_mb": budget_mb,
               "file_bytes": n * dim * 4, "write_seconds": write_s,
