@@ -11,7 +11,8 @@ classes, unit-norm points), drawn from ``numpy.random.default_rng(seed)``.
 Measured, in this process, on the memory-mapped file:
 
 * ``approx``: :func:`dmlkit.evaluation.streaming.retrieval_metrics_from_file`
-  with a faiss index (``--index ivf`` or ``hnsw``): index build, search of
+  with a faiss index (``--index ivf``, ``ivf_sq8`` or ``hnsw``; parameters from ``n``, the search
+  parameter tuned to recall@1 >= 0.95 unless ``--nprobe`` is given): index build, tuning, search of
   ``--queries`` seeded queries (all with ``--queries 0``), and the exact
   streamed search of ``--recall-sample`` queries that measures the index's
   recall@1 (fraction of sampled queries whose approximate nearest neighbour is
@@ -117,9 +118,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--per-class", type=float, default=5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--index", choices=("ivf", "hnsw"), default="ivf")
+    p.add_argument("--index", choices=("ivf", "ivf_sq8", "hnsw"), default="ivf")
     p.add_argument("--nlist", type=int, default=None, help="IVF lists (default ~sqrt(n))")
-    p.add_argument("--nprobe", type=int, default=None, help="IVF lists searched (default nlist / 16)")
+    p.add_argument("--nprobe", type=int, default=None, help="IVF lists searched (default: tuned to recall@1 >= 0.95)")
     p.add_argument("--budget-mb", type=float, default=256)
     p.add_argument("--queries", type=int, default=10000, help="seeded query sample (0: all n)")
     p.add_argument("--recall-sample", type=int, default=1000)
