@@ -29,8 +29,10 @@ tuning sample when ``n`` allows, so it is not the figure the choice was made on.
 
 How far approximate search pays depends on the data's intrinsic dimension, not on ``d``: on embeddings
 of a trained model (a few tens of effective dimensions) a few percent of the lists reach 0.95; on points
-spread uniformly over a 128-dimensional sphere no index does much better than scanning everything
-(measured figures: ``docs/large_galleries.md``).
+spread uniformly over a 128-dimensional sphere no index does much better than scanning everything.
+HNSW can also fail where IVF does not: on a gallery of many near-duplicates (1M rows grown from 5k
+embeddings) its recall@1 stayed below 0.83 at every ``efSearch``. Tuning reports both cases
+(``approx_target_reached``); measured figures: ``docs/large_galleries.md``.
 
 A saved index (:func:`load_index`: a faiss file, or a folder of ``dmlkit index build`` holding
 ``index.faiss``) must hold exactly the rows being evaluated, in order: its dimension and count are checked.
