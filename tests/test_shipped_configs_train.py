@@ -1,0 +1,56 @@
+"""Every shipped config outside configs/experiments (the top-level ones and configs/testbed) trains 2 steps on tiny data.
+
+configs/experiments has its own smoke test (test_experiment_configs.py). Here the overrides only shrink a config to
+a few glyph classes: the pretrained backbone is not built (``model.pretrained=false``; the cache takes minutes), a
+config that validates on a split keeps its split (``data.val_fraction=0``), FastAP's Hard batches get enough
+classes for two categories, and CCP configs with more proxies per class than the tiny classes hold get 3. Every
+other setting of the file, its method sections included, is trained as written, so a combination of methods that
+cannot build or step (as CCP + GSP + zero-shot once could not) fails here.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from dmlkit.assemble import build_trainer
+from dmlkit.config import load_config
+from tests_helpers import TINY_OVERRIDES
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "testbed").glob("*.yaml"))
+SMOKE = [o for o in TINY_OVERRIDES if not o.startswith("model.embedding_dim")] + [
+    "train.max_steps=2",
+    "train.val_every=2",
+    "plots=false",
+    "eval.clustering=false",
+    "train.batch_size=12",
+    "train.m_per_class=3",
+]
+
+
+def shrink(path: Path) -> list[str]:
+    """The overrides that fit ``path``'s config to the tiny data, and nothing else."""
+    cfg = load_config(path)
+    extra = []
+    if cfg.model.pretrained:
+        extra.append("model.pretrained=false")
+    if cfg.data.val_split:
+        extra.append("data.val_fraction=0")
+    if cfg.train.sampler == "fastap_hard":
+        extra.append("data.max_classes=300")
+    if cfg.ccp.enabled and cfg.ccp.proxies_per_class > 3:
+        extra += ["ccp.proxies_per_class=3", f"ccp.pool_size={max(3, min(cfg.ccp.pool_size, 6))}"]
+    return extra
+
+
+def test_the_list_covers_the_testbed():
+    names = {p.stem for p in CONFIGS}
+    assert {"quickstart", "testbed", "testbed_ccp", "testbed_gsp", "testbed_sft"} <= names
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
+def test_shipped_config_trains_two_steps(path, tmp_path):
+    cfg = load_config(path, SMOKE + shrink(path))
+    summary = build_trainer(cfg, tmp_path / "run", quiet=True).fit()
+    assert summary["steps"] == 2
+    assert summary["name"] == load_config(path).name
