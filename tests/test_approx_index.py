@@ -171,3 +171,19 @@ def test_ivf_sq8_reranked_by_exact_distance_from_the_file_gives_the_exact_metric
     raw = retrieval_metrics_from_file(tmp_path / "emb.npy", y, approx="ivf_sq8", approx_params={**params, "rerank": 1},
                                       recall_sample=1000)
     assert raw["approx_recall_at_1"] < 1.0  # without re-ranking the quantised distances misorder near neighbours
+
+
+def test_reranked_neighbours_are_the_brute_force_neighbours_when_every_row_is_a_candidate():
+    from dmlkit.evaluation.approx_index import search_neighbours
+
+    x, _ = low_dim_data(n=300, d=16, latent=4)
+    x[7] = x[3]  # an exact tie: the smaller id comes first
+    plan = plan_index(len(x), "ivf_sq8", {"nlist": 4, "nprobe": 4, "rerank": 100})
+    index = build_index(plan, lambda s, e: x[s:e], len(x), x.shape[1], 128, seed=0)
+    ids = np.arange(0, 300, 3)
+    dist, got = search_neighbours(index, x[ids], ids, 5, x, plan.rerank)
+    d64 = torch.cdist(torch.from_numpy(x[ids]).double(), torch.from_numpy(x).double()).pow(2).numpy()
+    d64[np.arange(len(ids)), ids] = np.inf
+    expected = np.lexsort((np.broadcast_to(np.arange(300), d64.shape), d64), axis=1)[:, :5]
+    assert (got == expected).all()
+    assert dist == pytest.approx(np.take_along_axis(d64, expected, 1), rel=1e-9)
