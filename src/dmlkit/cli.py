@@ -122,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--gallery", action="store_true",
                         help="draw the nearest-neighbour gallery of runs without plots/nearest_neighbours.png")
 
+    geometry = sub.add_parser("geometry", help="embedding geometry of run groups side by side: r_w (Eq. 8) and class "
+                              "divergences sorted by the baseline's (SFT paper Fig. 4a), seeds paired")
+    geometry.add_argument("runs", nargs="+", metavar="RUN_DIR", help="finished run folders (seeds of one config are grouped)")
+    geometry.add_argument("--out", required=True, help="folder for geometry.json, geometry.md and the figures")
+    geometry.add_argument("--baseline", default=None, help="group to pair the others with (config name; default: the first)")
+    geometry.add_argument("--split", default="train", help="split to embed (default: train, the training classes, as Fig. 4a)")
+
     gallery = sub.add_parser("gallery", help="draw test queries with their nearest neighbours (green: same class)")
     gallery.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
     gallery.add_argument("--out", default=None, help="PNG to write (default: RUN_DIR/plots/nearest_neighbours.png)")
@@ -381,6 +388,15 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_geometry(args: argparse.Namespace) -> int:
+    from dmlkit.report.geometry_compare import compare_geometry
+
+    compare_geometry(args.runs, args.out, baseline=args.baseline, split=args.split)
+    print((Path(args.out) / "geometry.md").read_text(), end="")
+    print(f"geometry: {args.out}")
+    return 0
+
+
 def _cmd_gallery(args: argparse.Namespace) -> int:
     from dmlkit.report.gallery import GALLERY_FILE, run_gallery
 
@@ -419,6 +435,7 @@ COMMANDS.update(embed=_cmd_embed, index=_cmd_index, search=_cmd_search, export=_
 COMMANDS["study"] = _cmd_study
 COMMANDS["sweep"] = _cmd_sweep
 COMMANDS.update(pretrain=_cmd_pretrain, floors=_cmd_floors)
+COMMANDS["geometry"] = _cmd_geometry
 
 
 def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:

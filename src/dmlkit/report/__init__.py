@@ -2,6 +2,8 @@
 
 - ``build_report(run_dirs, out)``: the self-contained page of ``dmlkit report`` (``html``);
 - ``run_gallery(run_dir, out)``: the gallery of ``dmlkit gallery`` (``gallery``);
+- ``compare_geometry(run_dirs, out)``: r_w and class divergences of run groups, seeds paired
+  (``dmlkit geometry``, ``geometry_compare``);
 - ``load_run`` / ``group_runs`` / ``config_differences``: reading and comparing run folders (``runs``).
 
 This package sits beside ``protocols``: it reads run folders and rebuilds models
