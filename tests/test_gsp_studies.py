@@ -1,6 +1,7 @@
 """The GSP controlled studies: synthetic token data, glyph collages, PCC (Prop. 4.2.1), each study with a tiny budget."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -30,7 +31,7 @@ def test_token_bags_follow_the_class_fraction():
 def test_synthetic_study_tiny_budget(tmp_path):
     from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, run_study
 
-    cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1)
+    cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1, prototype_init="random")
     results = run_study(cfg, tmp_path)
     assert [r["variant"] for r in results] == ["gap", "gsp", "gsp+zs"]
     table = (tmp_path / "table.md").read_text()
@@ -202,3 +203,164 @@ def test_foreground_share_known_answers(collages):
     weights, _ = pooling_weights(gsp, images)
     torch.testing.assert_close(weights.sum(1), torch.ones(8), atol=1e-4, rtol=0)
     assert weights.std(1).max() > 1e-4  # GSP at eps 20 is not uniform
+
+
+# ------------------------------------------------------------------ issue 20 item 7: the studies as the thesis runs them
+def _hand_model(num_prototypes, memory_size=4, warmup_steps=1):
+    """A synthetic-study GSP model whose tokens 0-3 sit at hand-picked points of the 2-D box."""
+    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, TokenBagModel
+
+    cfg = SyntheticStudyConfig(num_prototypes=num_prototypes, memory_size=memory_size, warmup_steps=warmup_steps,
+                               iters=60, prototype_init="kcenter")
+    model = TokenBagModel(cfg.spec, cfg, "gsp", torch.Generator().manual_seed(0)).double()
+    points = torch.tensor([[0.0, 0.0], [0.1, 0.0], [0.3, 0.3], [-0.2, 0.1]], dtype=torch.float64)
+    with torch.no_grad():
+        model.tokens[:4] = points
+    return model.train(), points
+
+
+def test_synthetic_kcenter_start_takes_the_farthest_first_gap_vectors():
+    """Sec. 5.3.1 as the author's code runs it: GAP while the memory fills, then the greedy k-centres of the memory.
+    Bags of one repeated token have that token as GAP vector, so the memory is the four points (0, 0), (0.1, 0),
+    (0.3, 0.3), (-0.2, 0.1); farthest-first from row 0 takes (0, 0), then (0.3, 0.3) (0.42 away), then
+    (-0.2, 0.1) (0.22 from its nearest pick, against 0.1 for (0.1, 0)) -- worked out by hand."""
+    model, points = _hand_model(num_prototypes=3)
+    mixed = torch.tensor([[0, 1, 2, 3, 64, 65]] * 2)
+    emb, plan = model(mixed)  # skipped batch (warmup_steps=1): GAP, nothing stored
+    torch.testing.assert_close(emb, model.tokens[mixed].mean(1))
+    assert plan.abs().sum() == 0 and model.pools_with_gap and int(model.pool.memory.count) == 0
+    emb, _ = model(torch.arange(4).repeat_interleave(5).reshape(4, 5))  # fills the memory: GAP for this batch
+    torch.testing.assert_close(emb, points)
+    assert not model.pools_with_gap
+    torch.testing.assert_close(model.prototypes.data, points[[0, 2, 3]])
+    emb, plan = model(mixed)  # GSP from now on
+    assert not torch.allclose(emb, model.tokens[mixed].mean(1))
+    torch.testing.assert_close(plan.sum(dim=(1, 2)), torch.full((2,), 0.3, dtype=torch.float64))
+
+
+def test_synthetic_eval_bags_do_not_enter_the_memory():
+    from dmlkit.studies.gsp_synthetic import _embed
+
+    model, _ = _hand_model(num_prototypes=2, warmup_steps=0)
+    _embed(model, torch.arange(4).repeat_interleave(5).reshape(4, 5))
+    assert int(model.pool.memory.count) == 0 and model.pools_with_gap and model.training
+
+
+def test_synthetic_prototypes_and_tokens_stay_in_the_box_even_at_a_huge_learning_rate(tmp_path):
+    """With lr 0.5 Adam moves every coordinate by about 0.5 per step: only the clamp keeps them in [-0.3, 0.3]."""
+    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, train_variant
+
+    for init in ("kcenter", "random"):
+        cfg = SyntheticStudyConfig(max_epochs=3, steps_per_epoch=3, eval_per_class=3, iters=10, patience=5, lr=0.5,
+                                   prototype_init=init, warmup_steps=0, memory_size=64)
+        r = train_variant("gsp", cfg)
+        assert r["kcenter_step"] == (1 if init == "kcenter" else None)  # one batch of 64 bags fills the memory
+        assert float(r["prototypes"].abs().max()) <= cfg.token_range + 1e-7
+        assert float(r["tokens"].abs().max()) <= cfg.token_range + 1e-7
+        assert float(r["prototypes"].abs().max()) > cfg.token_range - 1e-3  # they were pushed against the wall
+
+
+def test_synthetic_study_tiny_budget_three_seeds_pairs_with_gap(tmp_path):
+    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, paired_differences, run_study
+
+    cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1,
+                               warmup_steps=1, memory_size=64)
+    results = run_study(cfg, tmp_path, seeds=[0, 1, 2])
+    assert [(r["seed"], r["variant"]) for r in results] == [(s, v) for s in (0, 1, 2) for v in ("gap", "gsp", "gsp+zs")]
+    assert all(r["kcenter_step"] == 2 for r in results if r["variant"] != "gap")
+    diffs = paired_differences(results)
+    by = {(r["seed"], r["variant"]): r["test_map_at_r"] for r in results}
+    assert [d["test_map_at_r"] for d in diffs] == [by[s, v] - by[s, "gap"] for s in (0, 1, 2) for v in ("gsp", "gsp+zs")]
+    assert "| gsp | 0: " in (tmp_path / "table.md").read_text()
+
+
+def test_collage_pretrained_overrides_build_the_section_5_2_4_model():
+    """Pretrained mode: backbone map -> 1x1 conv to 128-d -> pooling -> l2 with no head, for GAP and GSP alike (only
+    the pooling and the name differ); the backbone learns at a tenth of the new layers' rate with frozen BatchNorm."""
+    import dataclasses
+
+    from dmlkit.config import load_config
+    from dmlkit.models import build_embedder
+    from dmlkit.studies.collage import variant_overrides
+
+    gap_o = variant_overrides("gap", 10, 5, 0, backbone="pretrained")
+    gsp_o = variant_overrides("gsp", 10, 5, 0, backbone="pretrained")
+    assert {o.split("=")[0] for o in set(gap_o) ^ set(gsp_o)} == {"name", "model.pooling", "model.pooling_params"}
+    cfg = load_config(None, gsp_o)
+    assert cfg.model.pretrained == "glyphs-resnet20" and cfg.model.freeze_bn
+    assert cfg.model.local_dim == 128 == cfg.model.embedding_dim and cfg.model.head == "none"
+    assert cfg.train.head_lr == pytest.approx(10 * cfg.train.lr)
+    assert cfg.model.pooling_params["init"] == "kcenter" and cfg.model.pooling_params["mu"] == 0.2
+    x = torch.randn(3, 1, 32, 32, generator=torch.Generator().manual_seed(0))
+    for overrides in (gap_o, gsp_o):
+        cfg = load_config(None, overrides)
+        model = build_embedder(dataclasses.replace(cfg.model, pretrained=False), in_channels=1).eval()
+        conv = model.local_projection
+        assert isinstance(conv, torch.nn.Conv2d) and conv.kernel_size == (1, 1) and conv.out_channels == 128
+        with torch.no_grad():
+            out = model.encode(x)
+            feature_map = model.backbone(x)  # (B, 64, 8, 8)
+        by_hand = torch.einsum("oc,bchw->bohw", conv.weight[:, :, 0, 0], feature_map) + conv.bias[None, :, None, None]
+        torch.testing.assert_close(out.local, by_hand, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out.embedding, F.normalize(out.pooled, dim=1))  # the pooled vector is the embedding
+        if cfg.model.pooling == "gap" or model.pooling.pools_with_gap:  # GSP pools with GAP until its memory is full
+            torch.testing.assert_close(out.pooled, by_hand.mean(dim=(2, 3)), atol=1e-5, rtol=1e-5)
+
+
+def test_collage_pooling_weights_of_a_gsp_layer_in_its_warmup_are_uniform(collages):
+    from dmlkit.models import ModelConfig, build_embedder
+    from dmlkit.studies.collage import pooling_entropy, pooling_weights
+
+    x, _ = collages[1].get_batch(range(4))
+    model = build_embedder(ModelConfig(pooling="gsp", embedding_dim=8, pooling_params={
+        "num_prototypes": 4, "init": "kcenter", "memory_size": 64}), in_channels=1)
+    assert model.pooling.pools_with_gap
+    weights, hw = pooling_weights(model, x)
+    torch.testing.assert_close(weights, torch.full((4, 64), 1 / 64))
+    assert pooling_entropy(weights) == pytest.approx(math.log(64))
+
+
+def test_pooling_entropy_known_answers():
+    from dmlkit.studies.collage import pooling_entropy
+
+    assert pooling_entropy(torch.tensor([[1.0, 0.0, 0.0, 0.0]])) == pytest.approx(0.0)
+    assert pooling_entropy(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.25] * 4])) == pytest.approx((math.log(2) + math.log(4)) / 2)
+    assert pooling_entropy(torch.tensor([[2.0, 2.0, 0.0, 0.0]])) == pytest.approx(math.log(2))  # rows are normalised
+
+
+def test_collage_paired_differences_pair_by_seed():
+    from dmlkit.studies.collage import paired_differences
+
+    runs = [{"variant": v, "seed": s, "test_map_at_r": m, "test_precision_at_1": p}
+            for v, s, m, p in [("gap", 0, 0.5, 0.7), ("gap", 1, 0.4, 0.6), ("gsp", 1, 0.45, 0.5), ("gsp", 0, 0.3, 0.9),
+                               ("gsp", 2, 0.9, 0.9)]]  # seed 2 has no GAP run: left out
+    diffs = paired_differences(runs)
+    assert [(d["seed"], round(d["test_map_at_r"], 6), round(d["test_precision_at_1"], 6)) for d in diffs] == [
+        (1, 0.05, -0.1), (0, -0.2, 0.2)]
+
+
+def test_collage_testbed_pool_uses_no_class_the_backbone_was_pretrained_on():
+    """The default layout trains on glyph 'train' characters, the first half by code point = glyphs_testbed's
+    'pretrain' split (the classes glyphs-resnet20 learned); class_pool='testbed' draws every role from the DML side."""
+    import numpy as np
+
+    from dmlkit.data.datasets.glyph_testbed import testbed_classes
+
+    table = load_glyph_table()
+    codepoints = np.asarray(table.codepoints)
+    pretrain = set(codepoints[testbed_classes(codepoints, "pretrain")].tolist())
+    dml_test = set(codepoints[testbed_classes(codepoints, "test")].tolist())
+
+    def roles(ds):
+        return set(ds.foreground_codepoints) | {cp for group in ds.background_codepoints for cp in group}
+
+    default_train = create_dataset("glyph_collage", "train", per_class=1)
+    assert roles(default_train) <= pretrain  # the overlap the docs report
+    train = create_dataset("glyph_collage", "train", per_class=2, class_pool="testbed")
+    test = create_dataset("glyph_collage", "test", per_class=2, class_pool="testbed")
+    check_dataset(train)
+    assert not roles(train) & pretrain and not roles(test) & pretrain
+    assert roles(test) <= dml_test and not roles(train) & roles(test)
+    assert len(roles(train)) == 28 and len(roles(test)) == 20
+    with pytest.raises(ValueError, match="class_pool"):
+        create_dataset("glyph_collage", "train", per_class=1, class_pool="imagenet")

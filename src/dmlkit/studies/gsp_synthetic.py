@@ -7,6 +7,17 @@ Set-up (thesis values unless marked *ours*):
   ``mu~ ~ N(0.5, 0.1)`` (``dmlkit.data.datasets.synthetic``);
 * token vectors are clamped to ``[-0.3, 0.3]`` after every step; the pooled
   vector is the embedding, with no normalisation;
+* GSP prototypes (the author's ``token_embedding.py``, not the thesis text): clamped to the tokens' range
+  after every step too (the same kernel constraint), and started by greedy k-centre after a GAP warm-up
+  (``prototype_init = "kcenter"``, the default): the GSP variants pool with GAP for ``warmup_steps``
+  batches (4,096 in the author's code), then keep the next ``memory_size`` (1,024) GAP-pooled training
+  vectors, and when that memory is full the prototypes become its greedy k-centres
+  (``dmlkit.pooling.GSP(init="kcenter")``, the library's layer) and the model pools with GSP. The
+  author writes l2-normalised vectors into the memory (so the prototypes start on the unit circle and
+  the next step clips them to the box's edge); dmlkit's layer keeps ``u / max(1, ||u||)``, which is
+  ``u`` here (GAP vectors of tokens in the box have norm <= 0.43). ``prototype_init = "random"`` starts
+  them uniform in the box and pools with GSP from the first step (the study's first version). Early
+  stopping and the choice of the best epoch only start once the model pools with GSP;
 * Adam, learning rate 1e-4, batches of 4 samples x 16 classes, early stopping
   with 30 epochs patience on the validation MAP@R;
 * *ours* (not given in the thesis): tokens are 2-D (so the embedding space is
@@ -55,7 +66,8 @@ from dmlkit.data.datasets.synthetic import TokenSpec, balanced_labels, sample_to
 from dmlkit.evaluation import retrieval_metrics
 from dmlkit.losses import create_loss
 from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
-from dmlkit.pooling.gsp import generalized_sum_pool
+from dmlkit.pooling.gsp import GSP
+from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS
 from dmlkit.protocols.table import markdown_grid
 
 __all__ = ["SyntheticStudyConfig", "TokenBagModel", "VARIANTS", "main", "run_study", "train_variant"]
@@ -84,13 +96,21 @@ class SyntheticStudyConfig:
     eps: float = 20.0
     iters: int = 50
     zero_shot_weight: float = 0.1
+    prototype_init: str = "kcenter"
+    warmup_steps: int = 4096
+    memory_size: int = 1024
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("token_dim", "samples_per_class", "steps_per_epoch", "max_epochs", "patience", "eval_per_class"):
+        for name in ("token_dim", "samples_per_class", "steps_per_epoch", "max_epochs", "patience", "eval_per_class",
+                     "memory_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
+        if self.prototype_init not in PROTOTYPE_INITS:
+            raise ValueError(f"prototype_init must be one of {', '.join(PROTOTYPE_INITS)}, got {self.prototype_init!r}")
         if not self.token_range > 0 or not self.lr > 0:
             raise ValueError("token_range and lr must be positive")
         if not 0.0 <= self.zero_shot_weight < 1.0:
@@ -100,8 +120,10 @@ class SyntheticStudyConfig:
 class TokenBagModel(nn.Module):
     """Trainable token table + pooling: token ids ``(N, n)`` -> embeddings ``(N, d)`` (and the GSP plan).
 
-    ``pooling`` is ``"gap"`` (mean of the bag's tokens, Eq. 5.1.2) or ``"gsp"``
-    (``generalized_sum_pool`` with learnable prototypes, Eq. 5.2.1).
+    ``pooling`` is ``"gap"`` (mean of the bag's tokens, Eq. 5.1.2) or ``"gsp"`` (the library's ``GSP`` layer,
+    Eq. 5.2.1, on the bag as a ``d x n x 1`` map; with ``cfg.prototype_init = "kcenter"`` it pools with GAP until
+    its memory of GAP-pooled training vectors is full, then starts from their greedy k-centres, Sec. 5.3.1 as the
+    author's code runs it). Call ``eval()`` for validation so that evaluation bags never enter the memory.
     """
 
     def __init__(self, spec: TokenSpec, cfg: SyntheticStudyConfig, pooling: str, generator: torch.Generator) -> None:
@@ -110,21 +132,41 @@ class TokenBagModel(nn.Module):
             raise ValueError(f"pooling must be 'gap' or 'gsp', got {pooling!r}")
         r = cfg.token_range
         self.pooling, self.range = pooling, r
-        self.mu, self.eps, self.iters = cfg.mu, cfg.eps, cfg.iters
         self.tokens = nn.Parameter((torch.rand(spec.num_tokens, cfg.token_dim, generator=generator) * 2 - 1) * r)
         protos = (torch.rand(cfg.num_prototypes, cfg.token_dim, generator=generator) * 2 - 1) * r
-        self.prototypes = nn.Parameter(protos) if pooling == "gsp" else None
+        self.pool: GSP | None = None
+        if pooling == "gsp":
+            self.pool = GSP(cfg.token_dim, cfg.num_prototypes, cfg.mu, cfg.eps, cfg.iters, init=cfg.prototype_init,
+                            memory_size=cfg.memory_size, warmup_steps=cfg.warmup_steps)
+            with torch.no_grad():
+                self.pool.prototypes.copy_(protos)  # the random start: uniform in the tokens' box
 
-    def clamp_tokens_(self) -> None:
-        """Keep every token coordinate in ``[-range, range]`` (Sec. 5.3.1)."""
+    @property
+    def prototypes(self) -> torch.Tensor | None:
+        return None if self.pool is None else self.pool.prototypes
+
+    @property
+    def pools_with_gap(self) -> bool:
+        """True for GAP, and for GSP while it is still in its k-centre warm-up."""
+        return self.pool is None or self.pool.pools_with_gap
+
+    def clamp_(self) -> None:
+        """Keep every token and prototype coordinate in ``[-range, range]`` (Sec. 5.3.1; the author's code constrains
+        the prototypes with the tokens' constraint)."""
         with torch.no_grad():
             self.tokens.clamp_(-self.range, self.range)
+            if self.pool is not None:
+                self.pool.prototypes.clamp_(-self.range, self.range)
 
     def forward(self, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         features = self.tokens[token_ids]  # (N, n, d)
-        if self.prototypes is None:
+        if self.pool is None:
             return features.mean(dim=1), None
-        return generalized_sum_pool(features, self.prototypes, self.mu, self.eps, self.iters)
+        started = not self.pool.pools_with_gap
+        pooled, plan = self.pool.forward_with_plan(features.transpose(1, 2).unsqueeze(-1))  # (N, d, n, 1)
+        if not started and not self.pool.pools_with_gap:  # the k-centre start happened in this call
+            self.clamp_()
+        return pooled, plan
 
 
 def _eval_set(spec: TokenSpec, per_class: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,14 +175,23 @@ def _eval_set(spec: TokenSpec, per_class: int, generator: torch.Generator) -> tu
     return ids, labels
 
 
-def _map_at_r(model: TokenBagModel, ids: torch.Tensor, labels: torch.Tensor) -> float:
+def _embed(model: TokenBagModel, ids: torch.Tensor) -> torch.Tensor:
+    """Embeddings in eval mode (no memory writes), the model left in training mode."""
+    model.eval()
     with torch.no_grad():
         emb, _ = model(ids)
-    return float(retrieval_metrics(emb, labels, ks=(1,))[METRIC])
+    model.train()
+    return emb
+
+
+def _map_at_r(model: TokenBagModel, ids: torch.Tensor, labels: torch.Tensor) -> float:
+    return float(retrieval_metrics(_embed(model, ids), labels, ks=(1,))[METRIC])
 
 
 def train_variant(variant: str, cfg: SyntheticStudyConfig) -> dict[str, Any]:
-    """Train one variant (``gap``, ``gsp`` or ``gsp+zs``) with early stopping; test MAP@R at the best epoch."""
+    """Train one variant (``gap``, ``gsp`` or ``gsp+zs``) with early stopping; test MAP@R at the best epoch
+    (Sec. 5.3.1). For GSP with a k-centre start only epochs that end pooling with GSP are candidates, and the
+    patience counts from the first of them; ``kcenter_step`` is the step after which GSP took over."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}")
     spec, seed = cfg.spec, cfg.seed
@@ -157,29 +208,38 @@ def train_variant(variant: str, cfg: SyntheticStudyConfig) -> dict[str, Any]:
     batches = make_generator(seed, 1)
     batch_labels = balanced_labels(spec.num_classes, cfg.samples_per_class)
     best, best_epoch, best_state, history = -1.0, -1, None, []
-    started, step = time.perf_counter(), 0
+    started, step, kcenter_step, first_epoch = time.perf_counter(), 0, None, None
+    model.train()
     for epoch in range(cfg.max_epochs):
         for _ in range(cfg.steps_per_epoch):
             ids, _ = sample_token_bags(spec, batch_labels, batches)
+            warming = model.pools_with_gap
             emb, plan = model(ids)
+            if warming and not model.pools_with_gap:
+                kcenter_step = step + 1  # this batch filled the memory; GSP pools from the next one
             loss = metric_loss(emb, batch_labels)
             if zs is not None:
                 loss = (1 - lam) * loss + lam * zs(plan, batch_labels, make_generator(seed, 5, step))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            model.clamp_tokens_()
+            model.clamp_()
             step += 1
         score = _map_at_r(model, val_ids, val_labels)
         history.append(score)
+        if model.pool is not None and model.pools_with_gap:
+            continue  # still GAP: neither a candidate nor counted by the patience
+        first_epoch = epoch if first_epoch is None else first_epoch
         if score > best:
             best, best_epoch = score, epoch
             best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        elif epoch - best_epoch >= cfg.patience:
+        elif epoch - max(best_epoch, first_epoch) >= cfg.patience:
             break
+    if best_state is None:
+        raise RuntimeError(f"{variant}: the GAP warm-up ({cfg.warmup_steps} steps + the memory) outlasted "
+                           f"max_epochs={cfg.max_epochs}; raise max_epochs or lower warmup_steps")
     model.load_state_dict(best_state)
-    with torch.no_grad():
-        test_emb, _ = model(test_ids)
+    test_emb = _embed(model, test_ids)
     test = retrieval_metrics(test_emb, test_labels, ks=(1,))
     return {
         "variant": variant,
@@ -189,6 +249,8 @@ def train_variant(variant: str, cfg: SyntheticStudyConfig) -> dict[str, Any]:
         "best_epoch": best_epoch,
         "epochs": len(history),
         "steps": step,
+        "best_step": (best_epoch + 1) * cfg.steps_per_epoch,
+        "kcenter_step": kcenter_step,
         "seconds": round(time.perf_counter() - started, 1),
         "val_history": history,
         "test_embeddings": test_emb,
@@ -198,28 +260,59 @@ def train_variant(variant: str, cfg: SyntheticStudyConfig) -> dict[str, Any]:
     }
 
 
+def _setting(cfg: SyntheticStudyConfig) -> str:
+    start = (f"k-centres of {cfg.memory_size} GAP-pooled vectors after {cfg.warmup_steps} GAP steps"
+             if cfg.prototype_init == "kcenter" else "uniform in the box")
+    return (f"16 classes x 4 tokens + 4 background tokens, 50 tokens/sample, class fraction ~ N(0.5, 0.1); "
+            f"{cfg.token_dim}-D tokens and prototypes in [-{cfg.token_range}, {cfg.token_range}], Adam {cfg.lr:g}, "
+            f"loss {cfg.loss} {cfg.loss_params}; GSP m={cfg.num_prototypes}, mu={cfg.mu}, eps={cfg.eps}, "
+            f"iters={cfg.iters}, prototypes start {start}; lam={cfg.zero_shot_weight}; patience {cfg.patience} "
+            f"epochs of {cfg.steps_per_epoch} steps, at most {cfg.max_epochs} epochs.")
+
+
+def paired_differences(results: list[dict[str, Any]], baseline: str = "gap") -> list[dict[str, Any]]:
+    """Per variant and seed, test MAP@R and P@1 of the variant minus the baseline's on the same seed."""
+    base = {r["seed"]: r for r in results if r["variant"] == baseline}
+    keys = ("test_map_at_r", "test_precision_at_1")
+    return [{"variant": r["variant"], "seed": r["seed"], **{k: r[k] - base[r["seed"]][k] for k in keys}}
+            for r in results if r["variant"] != baseline and r["seed"] in base]
+
+
 def _table(results: list[dict[str, Any]], cfg: SyntheticStudyConfig) -> str:
+    from dmlkit.protocols.table import format_mean_std, mean_std
+
+    variants = list(dict.fromkeys(r["variant"] for r in results))
+    seeds = sorted({r["seed"] for r in results})
+    summary = []
+    for v in variants:
+        runs = [r for r in results if r["variant"] == v]
+        summary.append([v, str(len(runs)), *(format_mean_std(mean_std([r[k] for r in runs]), 100.0, 2)
+                                             for k in ("test_map_at_r", "test_precision_at_1", "val_map_at_r"))])
     lines = [
-        "# Synthetic study (thesis Sec. 5.3.1): GAP vs GSP",
+        "# Synthetic study (thesis Sec. 5.3.1): GAP vs GSP vs GSP + L_ZS",
         "",
-        f"16 classes x 4 tokens + 4 background tokens, 50 tokens/sample, class fraction ~ N(0.5, 0.1); "
-        f"{cfg.token_dim}-D tokens in [-{cfg.token_range}, {cfg.token_range}], Adam {cfg.lr:g}, "
-        f"loss {cfg.loss} {cfg.loss_params}; GSP m={cfg.num_prototypes}, mu={cfg.mu}, eps={cfg.eps}, "
-        f"iters={cfg.iters}; lam={cfg.zero_shot_weight}; seed {cfg.seed}; patience {cfg.patience} epochs "
-        f"of {cfg.steps_per_epoch} steps, at most {cfg.max_epochs} epochs.",
+        _setting(cfg) + f" Seeds {', '.join(map(str, seeds))} (mean ± sample std).",
         "",
-        markdown_grid(
-            ["pooling", "test MAP@R", "test P@1", "best val MAP@R", "best epoch", "epochs", "seconds"],
-            [[r["variant"], f"{100 * r['test_map_at_r']:.2f}", f"{100 * r['test_precision_at_1']:.2f}",
-              f"{100 * r['val_map_at_r']:.2f}", str(r["best_epoch"]), str(r["epochs"]), str(r["seconds"])] for r in results],
-            align="lrrrrrr",
-        ),
+        markdown_grid(["pooling", "n", "test MAP@R", "test P@1", "best val MAP@R"], summary, align="lrrrr"),
     ]
-    by = {r["variant"]: r["test_map_at_r"] for r in results}
-    if "gap" in by:
-        for v in ("gsp", "gsp+zs"):
-            if v in by:
-                lines.append(f"{v} - gap: {100 * (by[v] - by['gap']):+.2f} MAP@R points (thesis: about +70).\n")
+    diffs = paired_differences(results)
+    if diffs:
+        rows = []
+        for v in variants:
+            mine = [d for d in diffs if d["variant"] == v]
+            if mine:
+                rows.append([v, ", ".join(f"{d['seed']}: {100 * d['test_map_at_r']:+.2f}" for d in mine),
+                             format_mean_std(mean_std([d["test_map_at_r"] for d in mine]), 100.0, 2),
+                             f"{sum(d['test_map_at_r'] > 0 for d in mine)}/{len(mine)}"])
+        lines += ["", "Paired by seed against GAP, test MAP@R points (thesis: GSP about +70, Sec. 6.2; Fig. 5.4 "
+                  "shows the geometry only):", "",
+                  markdown_grid(["pooling", "per seed", "mean", "seeds ahead"], rows, align="llrr")]
+    per_run = [[r["variant"], str(r["seed"]), f"{100 * r['test_map_at_r']:.2f}", f"{100 * r['test_precision_at_1']:.2f}",
+                f"{100 * r['val_map_at_r']:.2f}", str(r["kcenter_step"] if r["kcenter_step"] is not None else ""),
+                str(r["best_step"]), str(r["steps"]), str(r["seconds"])] for r in results]
+    lines += ["", "Per run (steps: trained; best step: end of the best epoch; k-centre step: GSP from the next step):", "",
+              markdown_grid(["pooling", "seed", "test MAP@R", "test P@1", "best val MAP@R", "k-centre step", "best step",
+                             "steps", "seconds"], per_run, align="lrrrrrrrr"), ""]
     return "\n".join(lines)
 
 
@@ -260,28 +353,36 @@ def plot_embedding_space(results: list[dict[str, Any]], spec: TokenSpec, path: s
     plt.close(fig)
 
 
-def run_study(cfg: SyntheticStudyConfig, out_dir: str | Path, variants: Sequence[str] = VARIANTS) -> list[dict[str, Any]]:
-    """Train every variant, write ``table.md``, ``results.json`` and ``embedding_space.png`` into ``out_dir``."""
+def run_study(cfg: SyntheticStudyConfig, out_dir: str | Path, variants: Sequence[str] = VARIANTS,
+              seeds: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Train every variant on every seed (default ``[cfg.seed]``; Sec. 5.3.1), write ``table.md`` (mean ± std,
+    paired differences against GAP, per run), ``results.json`` and ``embedding_space.png`` (first seed)."""
+    from dataclasses import replace
+
+    seeds = [cfg.seed] if seeds is None else list(seeds)
+    if not seeds:
+        raise ValueError("the synthetic study needs at least one seed")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: threads only wait for each other
     try:
-        results = [train_variant(v, cfg) for v in variants]
+        results = [{"seed": seed, **train_variant(v, replace(cfg, seed=seed))} for seed in seeds for v in variants]
     finally:
         torch.set_num_threads(threads)
     (out / "table.md").write_text(_table(results, cfg))
     tensors = ("test_embeddings", "test_labels", "tokens", "prototypes")
     keep = [{k: v for k, v in r.items() if k not in tensors} for r in results]
-    (out / "results.json").write_text(json.dumps({"config": asdict(cfg), "results": keep}, indent=2))
-    plot_embedding_space(results, cfg.spec, out / "embedding_space.png")
+    config = {**asdict(cfg), "seeds": seeds}
+    (out / "results.json").write_text(json.dumps({"config": config, "results": keep}, indent=2))
+    plot_embedding_space([r for r in results if r["seed"] == seeds[0]], cfg.spec, out / "embedding_space.png")
     return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dmlkit study gsp-synthetic", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for table.md, results.json, embedding_space.png")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds; the table pairs each with GAP")
     parser.add_argument("--max-epochs", type=int, default=SyntheticStudyConfig.max_epochs)
     parser.add_argument("--steps-per-epoch", type=int, default=SyntheticStudyConfig.steps_per_epoch)
     parser.add_argument("--patience", type=int, default=SyntheticStudyConfig.patience)
@@ -294,14 +395,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--neg-margin", type=float, default=0.2, help="contrastive loss negative margin")
     parser.add_argument("--zero-shot-weight", type=float, default=SyntheticStudyConfig.zero_shot_weight)
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--prototype-init", choices=PROTOTYPE_INITS, default=SyntheticStudyConfig.prototype_init,
+                        help="kcenter: GAP warm-up, then greedy k-centres of GAP-pooled vectors (author's code); random")
+    parser.add_argument("--warmup-steps", type=int, default=SyntheticStudyConfig.warmup_steps,
+                        help="GAP steps before the k-centre memory starts filling")
+    parser.add_argument("--memory-size", type=int, default=SyntheticStudyConfig.memory_size)
     args = parser.parse_args(argv)
     cfg = SyntheticStudyConfig(
-        seed=args.seed, max_epochs=args.max_epochs, steps_per_epoch=args.steps_per_epoch, patience=args.patience,
+        seed=args.seeds[0], max_epochs=args.max_epochs, steps_per_epoch=args.steps_per_epoch, patience=args.patience,
         lr=args.lr, eps=args.eps, mu=args.mu, num_prototypes=args.num_prototypes, iters=args.iters,
         token_dim=args.token_dim, loss_params={"pos_margin": 0.0, "neg_margin": args.neg_margin},
-        zero_shot_weight=args.zero_shot_weight,
+        zero_shot_weight=args.zero_shot_weight, prototype_init=args.prototype_init, warmup_steps=args.warmup_steps,
+        memory_size=args.memory_size,
     )
-    run_study(cfg, args.out, args.variants)
+    run_study(cfg, args.out, args.variants, args.seeds)
     print((Path(args.out) / "table.md").read_text())
     return 0
 

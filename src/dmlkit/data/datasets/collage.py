@@ -20,8 +20,19 @@ in both foreground and background, as in Sec. 5.3.2):
 * split ``test`` draws ``test_classes`` foreground classes and a background
   group B_test from the glyph *test* characters.
 
+``class_pool`` says which characters the roles are drawn from. ``glyphs`` (the
+default): split ``train`` from the glyph *train* characters (the first half by code
+point), ``test`` from the glyph *test* characters. That first half is exactly
+``glyphs_testbed``'s ``pretrain`` split, the classes the testbed backbone
+(``model.pretrained: glyphs-resnet20``) was pretrained to classify: on that backbone the
+training collages' foreground *and* background characters are pretraining classes.
+``testbed`` draws only from the DML side of the testbed: ``train`` from the testbed's
+``train`` and ``val`` classes, ``test`` from its ``test`` classes, so no role is played
+by a pretraining class (a different set of characters than ``glyphs``: the two layouts'
+numbers do not compare).
+
 Which characters play which role is drawn once from ``layout_seed`` among the
-characters rendered in at least ``min_fonts`` fonts (independent of the run's
+characters of the pool rendered in at least ``min_fonts`` fonts (independent of the run's
 seed, so every run sees the same collages); the collages themselves are drawn
 from ``(layout_seed, split)``. ``foreground_mask`` gives, per image, the cell
 (0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right) of the foreground
@@ -39,15 +50,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from dmlkit.data.datasets.glyph_testbed import testbed_classes
 from dmlkit.data.datasets.glyphs import (
     GLYPHS_MEAN, GLYPHS_STD, REFERENCE_SIZE, StoredGlyphImages, load_glyph_table, prepare_glyphs, split_class_range,
 )
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.data.transforms.glyph_augment import GlyphAugment, GlyphAugmentConfig
 
-__all__ = ["GlyphCollageDataset", "collage_layout"]
+__all__ = ["CLASS_POOLS", "GlyphCollageDataset", "collage_candidates", "collage_layout"]
 
 _SPLIT_CODE = {"train": 1, "test": 2}
+CLASS_POOLS = ("glyphs", "testbed")
 
 
 def _check_count(name: str, value: object, minimum: int = 1) -> int:
@@ -56,18 +69,36 @@ def _check_count(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+def collage_candidates(codepoints: np.ndarray, split: str, class_pool: str = "glyphs") -> np.ndarray:
+    """Glyph class ids (ascending) that may play a role in collage split ``split`` (module docstring).
+
+    ``glyphs``: the glyph split's half of the classes; ``testbed``: the testbed's DML classes only
+    (``train`` + ``val`` for ``train``, ``test`` for ``test``), none of ``glyphs-resnet20``'s pretraining classes.
+    """
+    if class_pool == "glyphs":
+        lo, hi = split_class_range(len(codepoints), split)
+        return np.arange(lo, hi, dtype=np.int64)
+    if class_pool == "testbed":
+        parts = ("train", "val") if split == "train" else ("test",)
+        return np.sort(np.concatenate([testbed_classes(codepoints, part) for part in parts]))
+    raise ValueError(f"glyph_collage class_pool must be one of {', '.join(CLASS_POOLS)}, got {class_pool!r}")
+
+
 def collage_layout(
     image_class: np.ndarray, num_classes: int, split: str, train_classes: int, val_classes: int, test_classes: int,
-    background_classes: int, min_fonts: int, layout_seed: int,
+    background_classes: int, min_fonts: int, layout_seed: int, candidates: np.ndarray | None = None,
 ) -> tuple[list[int], list[list[int]], list[int]]:
     """Glyph class ids of ``split``: ``(foreground, background groups, group of each foreground class)``.
 
     ``train``: ``train_classes`` foregrounds with group 0 and ``val_classes`` with group 1;
-    ``test``: ``test_classes`` foregrounds with group 0. All ids are distinct.
+    ``test``: ``test_classes`` foregrounds with group 0. All ids are distinct and drawn from
+    ``candidates`` (ascending class ids; default the glyph split's half, ``collage_candidates``).
     """
-    lo, hi = split_class_range(num_classes, split)
-    counts = np.bincount(image_class, minlength=num_classes)[lo:hi]
-    pool = np.nonzero(counts >= min_fonts)[0] + lo
+    if candidates is None:
+        lo, hi = split_class_range(num_classes, split)
+        candidates = np.arange(lo, hi, dtype=np.int64)
+    counts = np.bincount(image_class, minlength=num_classes)[candidates]
+    pool = candidates[counts >= min_fonts]
     order = torch.randperm(pool.size, generator=make_generator(layout_seed, _SPLIT_CODE[split], 0xC0)).numpy()
     pool = pool[order]
     if split == "train":
@@ -106,6 +137,8 @@ class GlyphCollageDataset(StoredGlyphImages):
         background_classes: classes in each background group (4, as the 4 shared super-classes of Sec. 5.3.2).
         min_fonts: only characters rendered in at least this many fonts are used.
         layout_seed: draws the class roles and the collages.
+        class_pool: ``glyphs`` (the glyph split's half) or ``testbed`` (the testbed's DML classes only,
+            none of the pretrained backbone's classes); module docstring.
         normalize: return ``(x - GLYPHS_MEAN) / GLYPHS_STD``.
     """
 
@@ -132,6 +165,7 @@ class GlyphCollageDataset(StoredGlyphImages):
         layout_seed: int = 0,
         augment_config: GlyphAugmentConfig | None = None,
         normalize: bool = True,
+        class_pool: str = "glyphs",
     ) -> None:
         if split not in self.SPLITS:
             raise ValueError(f"unknown glyph_collage split '{split}'; valid splits are: {', '.join(self.SPLITS)}")
@@ -147,9 +181,10 @@ class GlyphCollageDataset(StoredGlyphImages):
         check_seed(seed)
         check_seed(layout_seed, "layout_seed")
         table = load_glyph_table(root, REFERENCE_SIZE)
+        candidates = collage_candidates(np.asarray(table.codepoints), split, class_pool)
         fg, groups, group_of = collage_layout(
             table.image_class, table.num_classes, split, train_classes, val_classes, test_classes,
-            background_classes, min_fonts, layout_seed,
+            background_classes, min_fonts, layout_seed, candidates,
         )
         if max_classes is not None:
             fg, group_of = fg[:max_classes], group_of[:max_classes]
@@ -181,6 +216,7 @@ class GlyphCollageDataset(StoredGlyphImages):
         self.foreground_cell = position
         self.cell_glyph_rows = cells
         self.split = split
+        self.class_pool = class_pool
         self.image_size = image_size
         self.augment = bool(augment)
         self.seed = seed
