@@ -3,7 +3,9 @@
 configs/experiments has its own smoke test (test_experiment_configs.py). Here the overrides only shrink a config to
 a few glyph classes: the pretrained backbone is not built (``model.pretrained=false``; the cache takes minutes), a
 config that validates on a split keeps its split (``data.val_fraction=0``), FastAP's Hard batches get enough
-classes for two categories, and CCP configs with more proxies per class than the tiny classes hold get 3. Every
+classes for two categories, CCP configs with more proxies per class than the tiny classes hold get 3, and SFT
+configs start with data-initialised centres (else the tiny batches hold classes without a centre and 2 steps
+generate nothing: N-pair + joint scoring passed here and failed at step 21 of the real run). Every
 other setting of the file, its method sections included, is trained as written, so a combination of methods that
 cannot build or step (as CCP + GSP + zero-shot once could not) fails here.
 """
@@ -38,6 +40,8 @@ def shrink(path: Path) -> list[str]:
         extra.append("data.val_fraction=0")
     if cfg.train.sampler == "fastap_hard":
         extra.append("data.max_classes=300")
+    if cfg.augment.name and cfg.augment.centers != "random" and cfg.augment.init_centers == "none":
+        extra.append("augment.init_centers=data")  # centres from step 0, so 2 steps score a generated batch
     if cfg.ccp.enabled and cfg.ccp.proxies_per_class > 3:
         extra += ["ccp.proxies_per_class=3", f"ccp.pool_size={max(3, min(cfg.ccp.pool_size, 6))}"]
     return extra

@@ -15,7 +15,8 @@ readings of which batch ``J`` sees (``score``):
   ref_labels=[Y; Y_gen])``, with the tuples of ``miner(X_gen, Y_gen, [X; X_gen], [Y; Y_gen])`` (all
   pairs without a miner) minus each anchor's pair with itself. The loss is averaged over the
   generated anchors, as in ``"separate"``, so ``lam`` means the same in both. It needs a loss that
-  takes ``ref_emb`` (PML's pair and tuple losses; classification and proxy losses refuse it) and
+  takes ``ref_emb`` (PML's pair and tuple losses and dmlkit's ``npair``, whose PML original refuses
+  it; classification and proxy losses refuse it) and
   cannot be combined with a caller's own ``ref_emb``.
 
 In ``"separate"``, ``ref_emb`` / ``ref_labels`` (a cross-batch memory) are passed to the miner and the loss.

@@ -22,6 +22,7 @@ from typing import Any
 from pytorch_metric_learning import losses as pml_losses
 
 from dmlkit.losses.fast_ap_loss import FastAPLoss
+from dmlkit.losses.npair_loss import NPairLoss
 from dmlkit.losses.registry import register_loss
 from dmlkit.losses.soft_triple_regularizer import MergingCentersRegularizer
 
@@ -114,15 +115,16 @@ def multi_similarity(
     return pml_losses.MultiSimilarityLoss(alpha=alpha, beta=beta, base=base, **options)
 
 
-@register_loss("npair", builds=pml_losses.NPairsLoss)
-def npair(**options: Any) -> pml_losses.NPairsLoss:
+@register_loss("npair", builds=NPairLoss)
+def npair(**options: Any) -> NPairLoss:
     """N-pair loss (Sohn, NeurIPS 2016): softmax over one positive per class against the other classes' positives.
 
     No hyper-parameters (PML).  Sohn adds an L2 penalty on the embeddings; pass
     ``embedding_regularizer=LpRegularizer()`` (and ``embedding_reg_weight``) for it.
-    Uses one positive pair per label in the batch.
+    Uses one positive pair per label in the batch. PML's loss value for value, and it also takes
+    ``ref_emb`` (positives from a reference batch; SFT's joint scoring): :mod:`dmlkit.losses.npair_loss`.
     """
-    return pml_losses.NPairsLoss(**options)
+    return NPairLoss(**options)
 
 
 @register_loss("lifted_structure", builds=pml_losses.LiftedStructureLoss)
