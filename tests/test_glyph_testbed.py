@@ -91,3 +91,14 @@ def test_testbed_configs_hold_the_fine_tuning_regime(path):
     from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES
 
     assert load_config(path, PROTOCOL_OVERRIDES["conventional"]).data.val_split is None
+
+
+def test_dml_split_is_the_union_of_train_val_and_test(table):
+    """``dml`` (closed-set studies on the pretrained backbone) = every class after the pretraining half, once."""
+    dml = classes_of(table.codepoints, "dml")
+    half = (table.num_classes + 1) // 2
+    assert np.array_equal(dml, np.arange(half, table.num_classes))
+    union = np.sort(np.concatenate([classes_of(table.codepoints, s) for s in ("train", "val", "test")]))
+    assert np.array_equal(dml, union)
+    first = create_dataset("glyphs_testbed", "dml", max_classes=40)
+    assert first.class_chars == [chr(int(cp)) for cp in table.codepoints[half : half + 40]]

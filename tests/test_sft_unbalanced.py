@@ -166,3 +166,48 @@ def test_tiny_end_to_end_run_writes_the_table(tmp_path) -> None:
     assert all(0.0 <= r["head"] <= 1.0 and 0.0 <= r["tail"] <= 1.0 for r in results)
     gen = {r["method"]: r["generated_features"] for r in results if r["seed"] == 0}
     assert gen["baseline"] == 0 and gen["balanced"] > 0
+
+
+def _weights_file(tmp_path, seed: int = 3, in_channels: int = 3):
+    from dmlkit.models.backbones import create_backbone
+
+    torch.manual_seed(seed)
+    state = create_backbone("resnet20", in_channels=in_channels).state_dict()
+    path = tmp_path / "backbone.pt"
+    torch.save(state, path)
+    return path, state
+
+
+def test_testbed_preset_fine_tunes_the_pretrained_backbone_at_three_rates(tmp_path) -> None:
+    """The backbone starts from the given weights; backbone / new layers / classifier at 1e-4 / 1e-3 / 1e-2."""
+    from dmlkit.losses import create_loss
+    from dmlkit.studies.sft_unbalanced import _model_config, _parameter_groups, build_embedder
+
+    path, state = _weights_file(tmp_path)
+    cfg = UnbalancedStudyConfig.testbed(pretrained=str(path))
+    assert (cfg.dataset, cfg.split, cfg.image_size, cfg.embedding_dim) == ("glyphs_testbed", "dml", 32, 128)
+    model = build_embedder(_model_config(cfg, 3), 3)
+    loaded = model.backbone.state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in state.items() if k in loaded) and len(loaded) >= len(state) // 2
+    classifier = create_loss(cfg.loss, num_classes=5, embedding_size=cfg.embedding_dim)
+    groups = _parameter_groups(model, classifier, cfg)
+    ids = [{id(p) for p in g["params"]} for g in groups]
+    assert [g["lr"] for g in groups] == [1e-4, 1e-3, 1e-2]
+    assert ids[0] == {id(p) for p in model.backbone.parameters() if p.requires_grad}
+    assert ids[1] == {id(p) for p in model.head.parameters()}
+    assert ids[2] == {id(p) for p in classifier.parameters()} and ids[2]
+    assert not any(p.requires_grad for m in model.backbone.modules() if isinstance(m, nn.BatchNorm2d)
+                   for p in m.parameters())
+
+
+def test_testbed_cli_runs_on_the_dml_classes(tmp_path) -> None:
+    path, _ = _weights_file(tmp_path, in_channels=1)  # glyphs are grey
+    out = tmp_path / "study"
+    argv = ["--out", str(out), "--testbed", "--pretrained", str(path), "--seeds", "0", "--steps", "2",
+            "--batch-size", "8", "--num-head", "3", "--num-tail", "2", "--methods", "baseline", "unbalanced", "--quiet"]
+    assert cli_main(["study", "sft-unbalanced", *argv]) == 0
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["config"]["dataset"] == "glyphs_testbed" and saved["config"]["split"] == "dml"
+    assert (saved["config"]["num_head"], saved["config"]["steps"], saved["config"]["classifier_lr"]) == (3, 2, 1e-2)
+    assert "pretrained:" in (out / "table.md").read_text()
+    assert {r["method"] for r in saved["results"]} == {"baseline", "unbalanced"}

@@ -17,6 +17,10 @@ cache) the same way:
   the capitals of a block would train and its small letters test (U+1EB4 / U+1EB5, ...).
   With matplotlib 3.11's fonts: train 548 classes / 4,094 images, val 150 / 1,162, test 718 / 5,276.
 
+``dml`` is the whole DML set (``train`` + ``val`` + ``test``, 1,416 classes): for closed-set studies
+on the pretrained backbone, which split every class's images themselves (the SFT unbalanced study,
+``dmlkit study sft-unbalanced --testbed``).
+
 ``val`` is the validation split of the testbed configs (``data.val_split: val``); the
 pretraining recipe holds out its own classes from ``pretrain``. Everything else (items,
 augmentation, normalisation) is ``GlyphsDataset``'s.
@@ -32,7 +36,7 @@ from dmlkit.data.datasets.glyphs import GlyphsDataset
 
 __all__ = ["GlyphsTestbedDataset", "testbed_classes"]
 
-_DML_SPLITS = {"train": (0, 1, 2, 3), "val": (4,), "test": (5, 6, 7, 8, 9)}
+_DML_SPLITS = {"train": (0, 1, 2, 3), "val": (4,), "test": (5, 6, 7, 8, 9), "dml": tuple(range(10))}
 
 
 def _deal(codepoint: int) -> int:
@@ -54,12 +58,12 @@ def testbed_classes(codepoints: np.ndarray, split: str) -> np.ndarray:
 
 
 class GlyphsTestbedDataset(GlyphsDataset):
-    """Split ``split`` (``pretrain``, ``train``, ``val`` or ``test``) of the glyph testbed (module docstring).
+    """Split ``split`` (``pretrain``, ``train``, ``val``, ``test`` or ``dml``) of the glyph testbed (module docstring).
 
     Arguments as ``GlyphsDataset``; ``max_classes`` keeps the first classes of the split by code point.
     """
 
-    SPLITS = ("pretrain", "train", "val", "test")
+    SPLITS = ("pretrain", "train", "val", "test", "dml")
 
     @classmethod
     def split_classes(cls, codepoints: np.ndarray, split: str) -> np.ndarray:
