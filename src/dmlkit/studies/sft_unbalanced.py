@@ -82,11 +82,12 @@ __all__ = [
 ]
 
 METHODS = ("baseline", "balanced", "unbalanced")
+SAMPLINGS = ("uniform", "class_balanced")
 METHOD_TITLES = {"baseline": "Baseline", "balanced": "Balanced Train", "unbalanced": "Unbalanced Train"}
 PAPER = {"baseline": (95.61, 73.91), "balanced": (95.77, 78.35), "unbalanced": (95.49, 82.32)}  # Table 5 (head, tail)
 
 # Tags that separate the random streams derived from one seed.
-_SPLIT, _INIT, _AUGMENTER, _BATCHES = 1, 2, 3, 4
+_SPLIT, _INIT, _AUGMENTER, _BATCHES, _BALANCED_BATCHES = 1, 2, 3, 4, 5
 
 
 # ------------------------------------------------------------------------------ split
@@ -192,7 +193,8 @@ class UnbalancedStudyConfig:
     embedding_dim: int = 64
     loss: str = "l2_softmax"
     lam: float = 0.2
-    transform: str = "sft"
+    transform: str = "sft"  # sft, or translation (Eq. 2) as the control of the same scheme
+    sampling: str = "uniform"  # uniform over images (natural frequencies), or class_balanced (a re-sampling control)
     alpha: float = 0.5
     steps: int = 250
     batch_size: int = 32
@@ -242,6 +244,8 @@ class UnbalancedStudyConfig:
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         if isinstance(self.weight_decay, bool) or not (isinstance(self.weight_decay, (int, float)) and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be a number >= 0, got {self.weight_decay!r}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
         thr = self.threshold
         if not self.tail_train < thr <= self.head_train:
             raise ValueError(
@@ -304,6 +308,25 @@ def _batches(n: int, batch_size: int, steps: int, seed: int) -> list[Tensor]:
     return out[:steps]
 
 
+def _class_balanced_batches(labels: Tensor, batch_size: int, steps: int, seed: int) -> list[Tensor]:
+    """``steps`` batches of positions drawn with replacement, each class equally likely (images uniform within it).
+
+    The usual re-sampling remedy for a long tail: a tail class with 2 training images is drawn as often as a
+    head class with 10, so its classifier weights see as many updates; the control SFT's unbalanced scheme is
+    measured against (a classifier trained on more tail *draws*, without new tail *features*).
+    """
+    counts = torch.bincount(labels)
+    weights = 1.0 / counts[labels].double()
+    g = make_generator(seed, _BALANCED_BATCHES)
+    return [torch.multinomial(weights, batch_size, replacement=True, generator=g) for _ in range(steps)]
+
+
+def _training_batches(cfg: UnbalancedStudyConfig, split: UnbalancedSplit, seed: int) -> list[Tensor]:
+    if cfg.sampling == "class_balanced":
+        return _class_balanced_batches(split.train_labels, cfg.batch_size, cfg.steps, seed)
+    return _batches(split.train_indices.numel(), cfg.batch_size, cfg.steps, seed)
+
+
 @torch.no_grad()
 def _accuracy(model: nn.Module, classifier: nn.Module, dataset: Any, split: UnbalancedSplit) -> dict[str, float]:
     model.eval()
@@ -354,7 +377,7 @@ def train_method(method: str, cfg: UnbalancedStudyConfig, seed: int, train_ds: A
     generated = 0
     model.train()
     classifier.train()
-    for step, pos in enumerate(_batches(split.train_indices.numel(), cfg.batch_size, cfg.steps, seed)):
+    for step, pos in enumerate(_training_batches(cfg, split, seed)):
         train_ds.set_epoch(step)  # augmentation draw = f(seed, step, image)
         x, _ = train_ds.get_batch(split.train_indices[pos])
         loss = objective(model(x), split.train_labels[pos])
@@ -398,7 +421,7 @@ def _table(results: list[dict[str, Any]], cfg: UnbalancedStudyConfig, seeds: Seq
         f"embedding, loss {cfg.loss}; "
         f"SFT ({cfg.transform}) lam={cfg.lam}, centre step alpha={cfg.alpha}, tail_threshold={cfg.threshold}; "
         f"Adam lr {cfg.lr:g}{_backbone_lr_words(cfg)}{_classifier_lr_words(cfg)}, weight decay {cfg.weight_decay:g}, cosine, "
-        f"{cfg.steps} steps x {cfg.batch_size} images, "
+        f"{cfg.steps} steps x {cfg.batch_size} images ({cfg.sampling} sampling), "
         f"augment={cfg.augment}. Accuracy (%) of argmax class score, mean ± std over seeds {list(seeds)}.",
         "",
         markdown_grid(["", *titles], [
@@ -469,6 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("--head-train", int, None), ("--tail-train", int, None), ("--min-images", int, None),
         ("--tail-threshold", int, None), ("--image-size", int, None), ("--embedding-dim", int, None),
         ("--pretrained", str, "a pretrained-backbone name or weights file"),
+        ("--transform", str, "sft (Eq. 3-4) or translation (Eq. 2, the control)"),
+        ("--sampling", str, "uniform (natural class frequencies) or class_balanced (re-sampling control)"),
     ):
         parser.add_argument(flag, type=kind, default=None, help=text)
     parser.add_argument("--no-augment", action="store_true", help="no image augmentation of training images")
