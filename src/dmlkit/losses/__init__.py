@@ -11,7 +11,7 @@ new loss only has to live in ``dmlkit/losses/<file>.py`` and use
 
 As ``pytorch_metric_learning.losses`` does, this package also exports every loss
 class of its own (``FastAPLoss``, ``L2SoftmaxLoss``, ``MetricCrossEntropyLoss``,
-``CrossBatchMemoryLoss``, ``ZeroShotPredictionLoss``, ...); the losses that are
+``CrossBatchMemoryLoss``, ``ZeroShotPredictionLoss``, ``NPairLoss``, ...); the losses that are
 PML's with other defaults (ProxyNCA++, CosFace, ArcFace, ...) are PML's classes
 and come from ``create_loss``.  Add a new class to ``__all__`` below.
 """
@@ -26,6 +26,7 @@ from dmlkit.losses.l2_softmax_loss import L2SoftmaxLoss
 from dmlkit.losses.metric_cross_entropy import MetricCrossEntropy, metric_bounds
 from dmlkit.losses.metric_cross_entropy_loss import MetricCrossEntropyLoss
 from dmlkit.losses.metric_log_distance import MetricLogDistance, metric_condition_bound
+from dmlkit.losses.npair_loss import NPairLoss
 from dmlkit.losses.one_hot import check_one_hot, one_hot_labels
 from dmlkit.losses.registry import *  # noqa: F403  (registry.__all__ is the one list of its names)
 from dmlkit.losses.soft_triple_regularizer import MergingCentersRegularizer
@@ -41,6 +42,7 @@ __all__ = [
     "MetricCrossEntropy",
     "MetricCrossEntropyLoss",
     "MetricLogDistance",
+    "NPairLoss",
     "WeakLogDistance",
     "ZeroShotPredictionLoss",
     "build_loss",
