@@ -265,8 +265,8 @@ def _paired_table(results: Sequence[dict[str, Any]], variants: Sequence[str]) ->
             continue
         per_seed = ", ".join(f"{d['seed']}: {100 * d['test_map_at_r']:+.2f}" for d in mine)
         ahead = sum(d["test_map_at_r"] > 0 for d in mine)
-        rows.append([variant, per_seed, format_mean_std(mean_std([d["test_map_at_r"] for d in mine]), 100.0, 2),
-                     format_mean_std(mean_std([d["test_precision_at_1"] for d in mine]), 100.0, 2), f"{ahead}/{len(mine)}"])
+        rows.append([variant, per_seed, format_mean_std(mean_std([d["test_map_at_r"] for d in mine]), 100.0, 2, signed=True),
+                     format_mean_std(mean_std([d["test_precision_at_1"] for d in mine]), 100.0, 2, signed=True), f"{ahead}/{len(mine)}"])
     if not rows:
         return []
     return ["", "Paired by seed against GAP (points):", "",

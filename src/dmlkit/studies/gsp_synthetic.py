@@ -305,7 +305,7 @@ def _table(results: list[dict[str, Any]], cfg: SyntheticStudyConfig) -> str:
             mine = [d for d in diffs if d["variant"] == v]
             if mine:
                 rows.append([v, ", ".join(f"{d['seed']}: {100 * d['test_map_at_r']:+.2f}" for d in mine),
-                             format_mean_std(mean_std([d["test_map_at_r"] for d in mine]), 100.0, 2),
+                             format_mean_std(mean_std([d["test_map_at_r"] for d in mine]), 100.0, 2, signed=True),
                              f"{sum(d['test_map_at_r'] > 0 for d in mine)}/{len(mine)}"])
         lines += ["", "Paired by seed against GAP, test MAP@R points (thesis: GSP about +70, Sec. 6.2; Fig. 5.4 "
                   "shows the geometry only):", "",

@@ -435,7 +435,8 @@ def _table(results: list[dict[str, Any]], cfg: UnbalancedStudyConfig, seeds: Seq
         lines += ["Difference to the baseline of the same seed (percentage points, mean ± std over seeds):", "",
                   markdown_grid(["", *(METHOD_TITLES[m] for m in others)], [
                       [key.capitalize()] + [
-                          format_mean_std(mean_std([r[key] - base[(r["seed"], key)] for r in results if r["method"] == m]))
+                          format_mean_std(mean_std([r[key] - base[(r["seed"], key)] for r in results if r["method"] == m]),
+                                          signed=True)
                           for m in others]
                       for key in ("head", "tail")
                   ], align="l" + "r" * len(others))]
