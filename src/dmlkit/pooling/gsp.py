@@ -99,6 +99,8 @@ __all__ = [
 MAX_PROTOTYPES = 4096
 """Largest accepted number of prototypes: the plan is (B, m, n) per batch; the thesis uses 64 or 128."""
 
+_CYCLE_CHECK_EVERY = 2  # the layer's forward checks every this many steps whether its iterates repeat
+
 _MIN_SQ_DIST = 1e-12  # squared distances are clamped here so that sqrt has a finite gradient at 0
 
 
@@ -134,17 +136,71 @@ def _unit_ball(u: torch.Tensor) -> torch.Tensor:
     return u / sq.clamp(min=1.0).sqrt()
 
 
+def _costs_forward(
+    features: torch.Tensor, prototypes: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The costs and what their gradient needs: ``(c, sq, f~, w~, ||f||^2, ||w||^2)``."""
+    f_sq = (features * features).sum(dim=-1, keepdim=True)  # the steps of ``_unit_ball``
+    f = features / f_sq.clamp(min=1.0).sqrt()  # (B, n, d)
+    w_sq = (prototypes * prototypes).sum(dim=-1, keepdim=True)
+    w = prototypes / w_sq.clamp(min=1.0).sqrt()  # (m, d)
+    sq = (w * w).sum(-1)[None, :, None] + (f * f).sum(-1)[:, None, :] - 2.0 * torch.matmul(w, f.transpose(1, 2))
+    return sq.clamp(min=_MIN_SQ_DIST).sqrt(), sq, f, w, f_sq, w_sq
+
+
+def _unit_ball_grad(g: torch.Tensor, u_hat: torch.Tensor, u_sq: torch.Tensor) -> torch.Tensor:
+    """Gradient through ``u -> u / sqrt(max(1, ||u||^2))`` given ``dL/du~``: ``(g - [||u||>=1] (g.u~) u~) / r``."""
+    r = u_sq.clamp(min=1.0).sqrt()
+    radial = (g * u_hat).sum(dim=-1, keepdim=True).mul_(u_sq >= 1.0)  # the clamp passes its gradient at >= 1
+    return torch.addcmul(g, radial, u_hat, value=-1.0).div_(r)
+
+
+class _GSPCosts(torch.autograd.Function):
+    """(features (B, n, d), prototypes (m, d)) -> costs (B, m, n), with a hand-written backward.
+
+    The forward is the same operations as before (identical numbers); the backward is the
+    chain rule of those operations written out (sqrt, clamp, the expanded squared distance,
+    the unit-ball normalisation), a few fused tensor operations in place of autograd's graph
+    of broadcasting products and quotients.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, features: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
+        c, sq, f, w, f_sq, w_sq = _costs_forward(features, prototypes)
+        ctx.save_for_backward(c, sq, f, w, f_sq, w_sq)
+        return c
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g_c: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        c, sq, f, w, f_sq, w_sq = ctx.saved_tensors
+        # sqrt then clamp: dL/dsq = g / (2 c) where sq >= 1e-12, else 0; times 2 (the factor of every term below)
+        g_sq = (g_c / c).mul_(sq >= _MIN_SQ_DIST)  # = 2 dL/dsq
+        g_f = g_w = None
+        if ctx.needs_input_grad[0]:  # dsq/df~_j = 2 f~_j - 2 w~_i
+            g_fh = torch.matmul(g_sq.transpose(1, 2), w).neg_()
+            g_fh.addcmul_(f, g_sq.sum(dim=1)[:, :, None])
+            g_f = _unit_ball_grad(g_fh, f, f_sq)
+        if ctx.needs_input_grad[1]:  # dsq/dw~_i = 2 w~_i - 2 f~_j
+            b, m, n = g_sq.shape
+            g_wh = torch.mm(g_sq.transpose(0, 1).reshape(m, b * n), f.reshape(b * n, -1)).neg_()
+            g_wh.addcmul_(w, g_sq.sum(dim=(0, 2))[:, None])
+            g_w = _unit_ball_grad(g_wh, w, w_sq)
+        return g_f, g_w
+
+
 def gsp_costs(features: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
     """Costs ``c_ij = ||w_i/max(1,||w_i||) - f_j/max(1,||f_j||)||_2`` (Sec. 5.2.1), shape ``(B, m, n)``.
 
     Squared distances are clamped at ``1e-12`` before the square root, so a
     prototype equal to a feature has cost ``1e-6`` and a finite (zero) gradient.
+    The gradient is the chain rule written out (``_GSPCosts``); under ``torch.jit.trace``
+    the same operations run under plain autograd.
     """
     _check_inputs(features, prototypes)
-    f = _unit_ball(features)  # (B, n, d)
-    w = _unit_ball(prototypes)  # (m, d)
-    sq = (w * w).sum(-1)[None, :, None] + (f * f).sum(-1)[:, None, :] - 2.0 * torch.matmul(w, f.transpose(1, 2))
-    return sq.clamp(min=_MIN_SQ_DIST).sqrt()
+    if torch.jit.is_tracing():
+        return _costs_forward(features, prototypes)[0]
+    return _GSPCosts.apply(features, prototypes)
 
 
 def _iterate(log_s: torch.Tensor, mu: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -167,19 +223,51 @@ def _iterate(log_s: torch.Tensor, mu: float, iters: int) -> tuple[torch.Tensor, 
     return log_rho, log_t
 
 
+def _iterate_nograd(log_s: torch.Tensor, mu: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_iterate`` for the layer's forward (no autograd): the same iterates bit for bit, faster.
+
+    The operations and their order are those of ``_iterate``, written into preallocated buffers.
+    The step is a function of ``log t`` alone (``log s`` is fixed) and acts on each sample
+    independently, so once the iterates repeat exactly (``t^(k) == t^(k-2)`` in every sample:
+    a floating-point fixed point or 2-cycle, reached in a few tens of steps when the iteration
+    converges), all later iterates are known and the loop stops: ``t^(iters)`` is ``t^(k)`` or
+    ``t^(k-1)`` by the parity of ``iters - k``.  The result is identical to running all
+    ``iters`` steps; an iteration that has not converged runs them all, and so does a
+    forward under ``torch.export`` / ``torch.compile`` (no branching on tensor values).
+    """
+    b, n = log_s.shape
+    log_mu_n = math.log(mu * n)
+    buf = torch.empty_like(log_s)
+    col = log_s.new_empty(b)
+    log_t = log_s.new_zeros(b)  # t^(0) = 1
+    log_t_prev = log_t
+    older: torch.Tensor | None = None
+    check = not torch.compiler.is_compiling()  # torch.export / compile cannot branch on tensor values
+    for k in range(1, iters + 1):
+        torch.add(log_t[:, None], log_s, out=buf).sigmoid_()
+        torch.sum(buf, dim=-1, out=col).log_()
+        older, log_t_prev, log_t = log_t_prev, log_t, torch.add(log_t, log_mu_n).sub_(col)
+        if check and k >= 2 and k % _CYCLE_CHECK_EVERY == 0 and torch.equal(log_t, older):
+            if (iters - k) % 2:  # t^(iters) = t^(k-1), t^(iters-1) = t^(k)
+                log_t_prev, log_t = log_t, log_t_prev
+            break
+    log_rho = -math.log(n) - F.softplus(log_t_prev[:, None] + log_s)  # rho^(k) comes from t^(k-1)
+    return log_rho, log_t
+
+
 def _solve(costs: torch.Tensor, mu: float, eps: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Fixed point of Proposition 5.2.1 in the log domain (no autograd graph needed); see the module doc."""
     n = costs.shape[-1]
     # (P2) is invariant to adding a constant to all costs of one sample (the plan's mass is fixed to mu),
     # so the smallest cost is moved to 0: log t stays moderate and float32 keeps its precision.
-    shifted = costs - costs.amin(dim=(1, 2), keepdim=True)
-    log_k = -eps * shifted  # (B, m, n)
+    # log K = -eps (c - min c), computed as eps (min c - c) (the same numbers: a - c = -(c - a) exactly).
+    log_k = torch.sub(costs.amin(dim=(1, 2), keepdim=True), costs).mul_(eps)  # (B, m, n)
     log_s = torch.logsumexp(log_k, dim=1)  # log K^T 1_m, (B, n)
     if mu == 1.0:  # Claim 5.2.1: rho = 0, pi = column softmax / n (the limit t -> inf)
-        return torch.zeros_like(log_s), torch.exp(log_k - log_s[:, None, :] - math.log(n))
-    log_rho, log_t = _iterate(log_s, mu, iters)
-    log_pi = log_t[:, None, None] + log_k + log_rho[:, None, :]
-    return log_rho.exp(), log_pi.exp()
+        return torch.zeros_like(log_s), log_k.sub_(log_s[:, None, :]).sub_(math.log(n)).exp_()
+    log_rho, log_t = _iterate_nograd(log_s, mu, iters)
+    pi = log_k.add_(log_t[:, None, None]).add_(log_rho[:, None, :]).exp_()  # t K Diag(rho), log domain
+    return log_rho.exp_(), pi
 
 
 def _transport_grad(
@@ -189,15 +277,15 @@ def _transport_grad(
     n = rho.shape[-1]
     pg = pi * g_pi  # (B, m, n)
     col_pg = pg.sum(dim=1)  # sum_i pi_ij dL/dpi_ij, (B, n)
-    q = rho * g_rho + col_pg
-    inner = n * q
+    inner = (rho * g_rho).add_(col_pg).mul_(n)  # n q, q = rho dL/drho + sum_i pi_ij dL/dpi_ij
     if mu != 1.0:
-        rho_hat = n * pi.sum(dim=1)  # = 1 - n rho_j at the fixed point
+        rho_hat = pi.sum(dim=1).mul_(n)  # = 1 - n rho_j at the fixed point
         k = (rho * rho_hat).sum(dim=-1)  # = 1 - mu - n rho^T rho
         eta = (rho * (rho_hat * g_rho - n * col_pg)).sum(dim=-1)  # = sum rho dL/drho - n q^T rho
         ratio = torch.where(k > 0, eta / k.clamp(min=torch.finfo(k.dtype).tiny), torch.zeros_like(k))
         inner = inner - n * rho * ratio[:, None]
-    return -eps * (pg - pi * inner[:, None, :])
+    out = pi * inner[:, None, :]
+    return torch.sub(pg, out, out=out).mul_(-eps)
 
 
 class _GSPTransport(torch.autograd.Function):
