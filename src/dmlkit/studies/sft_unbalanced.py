@@ -65,6 +65,8 @@ from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
 from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.data import create_dataset
 from dmlkit.data.seeding import derive_seed, make_generator
+from dmlkit.engine.config import TrainConfig
+from dmlkit.engine.optim import parameter_groups
 from dmlkit.losses import create_loss
 from dmlkit.models import ModelConfig, build_embedder
 from dmlkit.protocols.table import format_mean_std, markdown_grid, mean_std
@@ -355,12 +357,9 @@ def _model_config(cfg: UnbalancedStudyConfig, in_channels: int) -> ModelConfig:
 
 def _parameter_groups(model: nn.Module, classifier: nn.Module, cfg: UnbalancedStudyConfig) -> list[dict[str, Any]]:
     """The backbone at ``backbone_lr``, the new layers (head) at ``lr``, the classifier at ``classifier_lr``
-    (each ``lr`` when unset), as the testbed's ``train.lr`` / ``head_lr`` / ``loss_lr``."""
-    new = {id(p) for layer in model.new_layers() for p in layer.parameters()}
-    body = [p for p in model.parameters() if p.requires_grad and id(p) not in new]
-    head = [p for p in model.parameters() if p.requires_grad and id(p) in new]
-    return [{"params": body, "lr": cfg.backbone_lr or cfg.lr}, {"params": head, "lr": cfg.lr},
-            {"params": list(classifier.parameters()), "lr": cfg.classifier_lr or cfg.lr}]
+    (each ``lr`` when unset): the trainer's groups (``train.lr`` / ``head_lr`` / ``loss_lr``)."""
+    rates = TrainConfig(lr=cfg.backbone_lr or cfg.lr, head_lr=cfg.lr, loss_lr=cfg.classifier_lr or cfg.lr)
+    return parameter_groups(model, classifier, rates)
 
 
 def train_method(method: str, cfg: UnbalancedStudyConfig, seed: int, train_ds: Any, test_ds: Any,
