@@ -250,3 +250,18 @@ def test_benchmark_reports_the_true_gradient_difference():
     converged, early = run_layer((100, 2), b=2, n=9, m=4, d=6, eps=5.0, repeats=1, memory=False)
     assert converged["max_abs_grad_diff"] < 1e-4 * converged["max_abs_grad"]
     assert early["max_abs_grad_diff"] > 1e-3 * early["max_abs_grad"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("iters", [1, 2, 3, 17, 18, 25, 100, 101])
+def test_fast_forward_iteration_equals_the_reference_iteration_bit_for_bit(dtype, iters):
+    """The layer's loop (in place, stops at an exact cycle of the iterates) returns what every step of the
+    reference loop returns, for either parity of the remaining steps."""
+    from dmlkit.pooling.gsp import _iterate, _iterate_nograd
+
+    g = torch.Generator().manual_seed(iters)
+    costs = torch.rand(3, 8, 12, generator=g, dtype=dtype) * 2
+    for mu, eps in ((0.3, 5.0), (0.05, 0.5), (0.7, 20.0)):
+        log_s = torch.logsumexp(-eps * (costs - costs.amin(dim=(1, 2), keepdim=True)), dim=1)
+        reference, fast = _iterate(log_s, mu, iters), _iterate_nograd(log_s, mu, iters)
+        assert torch.equal(reference[0], fast[0]) and torch.equal(reference[1], fast[1]), (mu, eps)
