@@ -52,6 +52,7 @@ from torch import nn
 from dmlkit.config import load_config
 from dmlkit.data.datasets.collage import CLASS_POOLS
 from dmlkit.pooling.gsp_diagnostics import weight_entropy
+from dmlkit.studies.paired_runs import paired_differences
 
 __all__ = [
     "BACKBONES", "DEFAULT_VARIANTS", "foreground_share", "main", "pooling_entropy", "pooling_weights",
@@ -243,15 +244,6 @@ _SETTING = {
     "pretrained": f"pretrained ResNet-20 ({PRETRAINED_BACKBONE}, frozen BatchNorm, backbone lr 1e-4, new layers 1e-3) "
                   "-> 1x1 conv to 128-d -> pooling -> l2, no head; GSP prototypes k-centres of 1,024 GAP-pooled vectors",
 }
-
-
-def paired_differences(results: Sequence[dict[str, Any]], baseline: str = "gap",
-                       keys: Sequence[str] = ("test_map_at_r", "test_precision_at_1")) -> list[dict[str, Any]]:
-    """Per variant and seed, ``variant - baseline`` of ``keys`` on the same seed (runs without a baseline run of their
-    seed are left out)."""
-    base = {r["seed"]: r for r in results if r["variant"] == baseline}
-    return [{"variant": r["variant"], "seed": r["seed"], **{k: r[k] - base[r["seed"]][k] for k in keys}}
-            for r in results if r["variant"] != baseline and r["seed"] in base]
 
 
 def _paired_table(results: Sequence[dict[str, Any]], variants: Sequence[str]) -> list[str]:

@@ -72,6 +72,7 @@ from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
 from dmlkit.pooling.gsp import GSP
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS
 from dmlkit.protocols.table import markdown_grid
+from dmlkit.studies.paired_runs import paired_differences
 
 __all__ = ["SyntheticStudyConfig", "TokenBagModel", "VARIANTS", "main", "run_study", "train_variant"]
 
@@ -271,14 +272,6 @@ def _setting(cfg: SyntheticStudyConfig) -> str:
             f"loss {cfg.loss} {cfg.loss_params}; GSP m={cfg.num_prototypes}, mu={cfg.mu}, eps={cfg.eps}, "
             f"iters={cfg.iters}, prototypes start {start}; lam={cfg.zero_shot_weight}; patience {cfg.patience} "
             f"epochs of {cfg.steps_per_epoch} steps, at most {cfg.max_epochs} epochs.")
-
-
-def paired_differences(results: list[dict[str, Any]], baseline: str = "gap") -> list[dict[str, Any]]:
-    """Per variant and seed, test MAP@R and P@1 of the variant minus the baseline's on the same seed."""
-    base = {r["seed"]: r for r in results if r["variant"] == baseline}
-    keys = ("test_map_at_r", "test_precision_at_1")
-    return [{"variant": r["variant"], "seed": r["seed"], **{k: r[k] - base[r["seed"]][k] for k in keys}}
-            for r in results if r["variant"] != baseline and r["seed"] in base]
 
 
 def _table(results: list[dict[str, Any]], cfg: SyntheticStudyConfig) -> str:
