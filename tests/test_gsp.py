@@ -101,10 +101,97 @@ def test_closed_form_gradient_matches_unrolled_autograd(mu, eps):
         assert torch.allclose(a, b, atol=1e-9, rtol=1e-7)
 
 
+@pytest.mark.parametrize("needs", ["both", "features", "prototypes"])
+@pytest.mark.parametrize("mu", [0.4, 1.0])
+def test_fused_layer_gradient_of_every_output_against_unrolled_autograd(needs, mu):
+    """The layer's one-node backward (pooled, rho and plan all reaching the loss; a transposed feature
+    view as the module passes it) against autograd through the hoisted iteration, float64."""
+    from dmlkit.pooling.gsp import _pool, _pool_with_transport
+
+    g = _gen(41)
+    f0 = torch.randn(2, 5, 3, 3, generator=g, dtype=D64).mul(0.5).flatten(2).transpose(1, 2)  # (2, 9, 5) view
+    w0 = torch.randn(4, 5, generator=g, dtype=D64) * 0.6
+    g_pooled, g_rho, g_plan = (torch.randn(2, 5, generator=g, dtype=D64), torch.randn(2, 9, generator=g, dtype=D64),
+                               torch.randn(2, 4, 9, generator=g, dtype=D64))
+    grads = []
+    for fused in (True, False):
+        f = f0.detach().clone().requires_grad_(needs in ("both", "features"))
+        w = w0.clone().requires_grad_(needs in ("both", "prototypes"))
+        if fused:
+            pooled, rho, plan = _pool_with_transport(f, w, mu, 5.0, 300)
+        else:
+            rho, plan = gsp_transport_unrolled(gsp_costs(f, w), mu, 5.0, 300, unroll="hoisted")
+            pooled = _pool(f, rho, mu)
+        loss = (pooled * g_pooled).sum() + (rho * g_rho).sum() + (plan * g_plan).sum()
+        inputs = [t for t in (f, w) if t.requires_grad]
+        grads.append(torch.autograd.grad(loss, inputs))
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-9, rtol=1e-7)
+
+
 def test_layer_gradcheck():
     f = _features(1, 5, 3, seed=18).mul(0.6).requires_grad_()
     w = (torch.randn(3, 3, generator=_gen(19), dtype=D64) * 0.6).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, b: generalized_sum_pool(a, b, 0.4, 5.0, 200), (f, w))
+
+
+def _costs_by_autograd(f: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Sec. 5.2.1 written literally under autograd: ``||w_i/max(1,||w_i||) - f_j/max(1,||f_j||)||``,
+    with the layer's clamp of the squared distance at 1e-12."""
+    fh = f / f.norm(dim=-1, keepdim=True).clamp(min=1.0)
+    wh = w / w.norm(dim=-1, keepdim=True).clamp(min=1.0)
+    return ((wh[None, :, None, :] - fh[:, None, :, :]) ** 2).sum(-1).clamp(min=1e-12).sqrt()
+
+
+@pytest.mark.parametrize("case", ["inside", "outside", "mixed", "clamped", "transposed_map"])
+def test_costs_and_their_gradient_against_literal_autograd(case):
+    """gsp_costs (hand-written backward) against autograd through the literal formula, float64,
+    with features and prototypes inside, outside and on both sides of the unit ball, a prototype
+    equal to a feature (clamped distance: zero gradient there), and a non-contiguous feature view
+    (the layer's ``x.flatten(2).transpose(1, 2)``); plus gradcheck."""
+    g = _gen(31)
+    scale = {"inside": 0.1, "outside": 3.0}.get(case, 1.0)
+    if case == "transposed_map":
+        f = torch.randn(3, 5, 2, 4, generator=g, dtype=D64).flatten(2).transpose(1, 2)  # (3, 8, 5) view
+    else:
+        f = torch.randn(3, 8, 5, generator=g, dtype=D64) * scale
+        if case == "mixed":
+            f = f * torch.linspace(0.1, 2.0, 8, dtype=D64)[None, :, None]
+    w = torch.randn(6, 5, generator=g, dtype=D64) * scale
+    if case == "mixed":
+        w = w * torch.linspace(0.2, 2.5, 6, dtype=D64)[:, None]
+    if case == "clamped":
+        w[2] = f[1, 3] / f[1, 3].norm().clamp(min=1.0) * 0.5  # inside the ball: w~ = w, equal to f~_3 of sample 1 x 0.5
+        f[1, 3] = w[2]
+    f, w = f.detach().requires_grad_(), w.detach().requires_grad_()
+    g_c = torch.randn(3, 6, 8, generator=g, dtype=D64)
+    c = gsp_costs(f, w)
+    grads = torch.autograd.grad((c * g_c).sum(), (f, w))
+    ref = _costs_by_autograd(f, w)
+    grads_ref = torch.autograd.grad((ref * g_c).sum(), (f, w))
+    assert torch.allclose(c, ref, rtol=1e-10, atol=1e-12)
+    for a, b in zip(grads, grads_ref):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
+    if case == "clamped":
+        assert float(c.detach()[1, 2, 3]) == pytest.approx(1e-6)
+    if case != "clamped":  # finite differences step across the clamp's kink there
+        assert torch.autograd.gradcheck(gsp_costs, (f, w))
+
+
+def test_clamped_cost_passes_no_gradient_in_float32():
+    """A prototype on a feature (squared distance clamped at 1e-12): the clamp passes no gradient, so
+    that entry's huge ``dL/dc / c`` (about 1e6 dL/dc) must not reach the features or the prototypes; in
+    float32 its rounding would otherwise show at the 0.1 level."""
+    f = torch.randn(2, 6, 4, generator=_gen(51)) * 0.3
+    w = torch.randn(5, 4, generator=_gen(52)) * 0.3
+    w[1] = f[0, 2]
+    f, w = f.requires_grad_(), w.requires_grad_()
+    g_c = torch.randn(2, 5, 6, generator=_gen(53))
+    grads = torch.autograd.grad((gsp_costs(f, w) * g_c).sum(), (f, w))
+    f64, w64 = f.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = torch.autograd.grad((_costs_by_autograd(f64, w64) * g_c.double()).sum(), (f64, w64))
+    for a, b in zip(grads, ref):
+        assert torch.allclose(a.double(), b, atol=1e-4)
 
 
 def test_unrolled_variants_agree():
@@ -153,6 +240,48 @@ def test_no_nan_for_degenerate_maps(kind):
         assert torch.allclose(pooled, torch.ones(2, 8), atol=1e-5)
     else:
         assert torch.equal(pooled, torch.zeros(2, 8))
+
+
+@pytest.mark.parametrize("mu", [0.3, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, D64])
+def test_columns_that_underflow_are_solved_in_the_log_domain(mu, dtype, monkeypatch):
+    """eps times the cost spread far beyond exp's range (some columns of K = exp(-eps c) are all 0):
+    the layer solves in the log domain, and its result equals the hoisted iteration written with
+    log-sum-exp (an independent autograd reference), gradient included."""
+    from dmlkit.pooling import gsp as gsp_module
+
+    calls = []
+    log_solver = gsp_module._solve_log
+    monkeypatch.setattr(gsp_module, "_solve_log", lambda *a: calls.append(1) or log_solver(*a))
+    spread = 60.0 if dtype == torch.float32 else 900.0  # column offsets x eps 20 far past exp's range
+    # columns 0-3 near the smallest cost hold the plan's mass (mu n <= 4), columns 4-9 lie far beyond exp's range
+    offsets = torch.cat([torch.zeros(4, dtype=dtype), torch.linspace(spread / 6, spread, 6, dtype=dtype)])
+    c = (offsets + torch.rand(3, 8, 10, generator=_gen(21), dtype=dtype)).requires_grad_()
+    g_rho, g_pi = torch.randn(3, 10, generator=_gen(22), dtype=dtype), torch.randn(3, 8, 10, generator=_gen(23), dtype=dtype)
+    rho, pi = gsp_transport(c, mu, 20.0, iters=1000)  # 4 columns for mass 0.3 x 10: slow to converge
+    assert calls, "the log-domain solver was not used although columns of K underflow"
+    ((rho * g_rho).sum() + (pi * g_pi).sum()).backward()
+    c_ref = c.detach().clone().requires_grad_()
+    rho_ref, pi_ref = gsp_transport_unrolled(c_ref, mu, 20.0, iters=1000, unroll="hoisted")
+    ((rho_ref * g_rho).sum() + (pi_ref * g_pi).sum()).backward()
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    assert torch.allclose(rho, rho_ref, atol=tol) and torch.allclose(pi, pi_ref, atol=tol)
+    assert torch.allclose(c.grad, c_ref.grad, atol=10 * tol)
+    assert torch.isfinite(c.grad).all()
+
+
+@pytest.mark.parametrize("mu", [0.3, 1.0])
+def test_plan_from_k_equals_the_log_domain_plan(mu):
+    """The layer's usual path (K formed once, pi = K Diag(t rho)) against the log-domain path on costs
+    where both apply: the same fixed point to float64 rounding, and the log path is not taken."""
+    from dmlkit.pooling import gsp as gsp_module
+
+    c = torch.rand(4, 16, 25, generator=_gen(24), dtype=D64) * 2
+    rho, pi = gsp_module._solve(c, mu, 5.0, 100)
+    log_k = (c.amin(dim=(1, 2), keepdim=True) - c) * 5.0
+    rho_log, pi_log = gsp_module._solve_log(log_k, mu, 100)
+    assert torch.allclose(rho, rho_log, rtol=1e-12, atol=1e-15) and torch.allclose(pi, pi_log, rtol=1e-12, atol=1e-15)
+    assert torch.allclose(pi.sum(dim=(1, 2)), torch.full((4,), mu, dtype=D64), atol=1e-12)
 
 
 def test_large_eps_and_large_costs_are_finite():

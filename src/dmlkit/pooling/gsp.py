@@ -21,11 +21,14 @@ stationarity of the Lagrangian gives ``rho_j = exp(-eps a_j - 1)`` and
 constraints), and the two updates enforce the two constraints in turn (the
 Bregman projections of Appendix B.2).  Only the column sums ``s = K^T 1_m``
 enter (``1_m^T K rho = s^T rho``), so they are computed once and the iterates
-are exactly those of the proposition.  The layer works in the log domain:
-``log s_j = logsumexp_i(-eps c_ij)``, ``log t <- log t + log(mu n) - log sum_j
-sigmoid(log t + log s_j)`` (the ``t`` update with ``rho`` substituted) and at the
-end ``log rho_j = -log n - softplus(log t + log s_j)``; all stay finite for any
-``eps * c`` (eps = 20 and far prototypes included).
+are exactly those of the proposition.  The iteration runs on ``log t``:
+``log t <- log t + log(mu n) - log sum_j sigmoid(log t + log s_j)`` (the ``t``
+update with ``rho`` substituted), and at the end ``log rho_j = -log n -
+softplus(log t + log s_j)``.  ``K`` itself is formed once (its column sums give
+``log s``, and ``pi = K Diag(t rho)``); when ``eps`` times the cost spread is so
+large that a whole column of ``K`` underflows, the layer computes
+``log s_j = logsumexp_i(-eps c_ij)`` and the plan in the log domain instead, so
+all stay finite for any ``eps * c`` (eps = 20 and far prototypes included).
 
 (P2) does not change when a constant is added to all costs of a sample (the
 plan's mass is fixed), so the smallest cost of each sample is shifted to 0 first,
@@ -82,6 +85,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from dmlkit.pooling.gsp_costs import CostsContext, check_inputs, costs_backward, costs_forward, gsp_costs, unit_ball
 from dmlkit.pooling.gsp_diagnostics import gsp_pooling_weights, weight_entropy
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS, PrototypeMemory, kcenter_prototypes
 from dmlkit.pooling.registry import register_pooling
@@ -101,7 +105,16 @@ MAX_PROTOTYPES = 4096
 
 _CYCLE_CHECK_EVERY = 2  # the layer's forward checks every this many steps whether its iterates repeat
 
-_MIN_SQ_DIST = 1e-12  # squared distances are clamped here so that sqrt has a finite gradient at 0
+
+def _min_column_sum(dtype: torch.dtype) -> float:
+    """Smallest column sum of ``K = exp(-eps (c - min c))`` for which the layer forms ``K`` itself.
+
+    The square root of the smallest normal number (1e-19 in float32: ``eps`` times a column's
+    smallest cost above the sample's smallest by at most about 43; 1e-154 in float64): entries
+    that underflow are then below 1e-19 of their column's sum, negligible in ``s`` and in the plan.
+    Below it the layer solves in the log domain (``_solve_log``).
+    """
+    return torch.finfo(dtype).tiny ** 0.5
 
 
 def _check_params(mu: float, eps: float, iters: int) -> None:
@@ -111,96 +124,6 @@ def _check_params(mu: float, eps: float, iters: int) -> None:
         raise ValueError(f"GSP eps (inverse entropy smoothing) must be a positive finite number, got {eps!r}")
     if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
         raise ValueError(f"GSP iters (iterations of Proposition 5.2.1) must be a positive integer, got {iters!r}")
-
-
-def _check_inputs(features: torch.Tensor, prototypes: torch.Tensor) -> None:
-    if features.ndim != 3:
-        raise ValueError(
-            f"GSP features must be (B, n, d) (batch, local features, channels), got shape {tuple(features.shape)}; "
-            "for a feature map (B, d, h, w) use the GSP module or x.flatten(2).transpose(1, 2)"
-        )
-    if prototypes.ndim != 2 or prototypes.shape[1] != features.shape[2]:
-        raise ValueError(
-            f"GSP prototypes must be (m, d) with d = {features.shape[2]} (the feature channels), "
-            f"got shape {tuple(prototypes.shape)}"
-        )
-    if features.shape[1] < 1 or prototypes.shape[0] < 1:
-        raise ValueError("GSP needs at least one local feature and one prototype")
-    if not features.is_floating_point() or not prototypes.is_floating_point():
-        raise ValueError("GSP features and prototypes must be floating-point tensors")
-
-
-def _unit_ball(u: torch.Tensor) -> torch.Tensor:
-    """``u / max(1, ||u||_2)`` row-wise (the normalisation of Sec. 5.2.1)."""
-    sq = (u * u).sum(dim=-1, keepdim=True)
-    return u / sq.clamp(min=1.0).sqrt()
-
-
-def _costs_forward(
-    features: torch.Tensor, prototypes: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The costs and what their gradient needs: ``(c, sq, f~, w~, ||f||^2, ||w||^2)``."""
-    f_sq = (features * features).sum(dim=-1, keepdim=True)  # the steps of ``_unit_ball``
-    f = features / f_sq.clamp(min=1.0).sqrt()  # (B, n, d)
-    w_sq = (prototypes * prototypes).sum(dim=-1, keepdim=True)
-    w = prototypes / w_sq.clamp(min=1.0).sqrt()  # (m, d)
-    sq = (w * w).sum(-1)[None, :, None] + (f * f).sum(-1)[:, None, :] - 2.0 * torch.matmul(w, f.transpose(1, 2))
-    return sq.clamp(min=_MIN_SQ_DIST).sqrt(), sq, f, w, f_sq, w_sq
-
-
-def _unit_ball_grad(g: torch.Tensor, u_hat: torch.Tensor, u_sq: torch.Tensor) -> torch.Tensor:
-    """Gradient through ``u -> u / sqrt(max(1, ||u||^2))`` given ``dL/du~``: ``(g - [||u||>=1] (g.u~) u~) / r``."""
-    r = u_sq.clamp(min=1.0).sqrt()
-    radial = (g * u_hat).sum(dim=-1, keepdim=True).mul_(u_sq >= 1.0)  # the clamp passes its gradient at >= 1
-    return torch.addcmul(g, radial, u_hat, value=-1.0).div_(r)
-
-
-class _GSPCosts(torch.autograd.Function):
-    """(features (B, n, d), prototypes (m, d)) -> costs (B, m, n), with a hand-written backward.
-
-    The forward is the same operations as before (identical numbers); the backward is the
-    chain rule of those operations written out (sqrt, clamp, the expanded squared distance,
-    the unit-ball normalisation), a few fused tensor operations in place of autograd's graph
-    of broadcasting products and quotients.
-    """
-
-    @staticmethod
-    def forward(ctx: Any, features: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
-        c, sq, f, w, f_sq, w_sq = _costs_forward(features, prototypes)
-        ctx.save_for_backward(c, sq, f, w, f_sq, w_sq)
-        return c
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, g_c: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        c, sq, f, w, f_sq, w_sq = ctx.saved_tensors
-        # sqrt then clamp: dL/dsq = g / (2 c) where sq >= 1e-12, else 0; times 2 (the factor of every term below)
-        g_sq = (g_c / c).mul_(sq >= _MIN_SQ_DIST)  # = 2 dL/dsq
-        g_f = g_w = None
-        if ctx.needs_input_grad[0]:  # dsq/df~_j = 2 f~_j - 2 w~_i
-            g_fh = torch.matmul(g_sq.transpose(1, 2), w).neg_()
-            g_fh.addcmul_(f, g_sq.sum(dim=1)[:, :, None])
-            g_f = _unit_ball_grad(g_fh, f, f_sq)
-        if ctx.needs_input_grad[1]:  # dsq/dw~_i = 2 w~_i - 2 f~_j
-            b, m, n = g_sq.shape
-            g_wh = torch.mm(g_sq.transpose(0, 1).reshape(m, b * n), f.reshape(b * n, -1)).neg_()
-            g_wh.addcmul_(w, g_sq.sum(dim=(0, 2))[:, None])
-            g_w = _unit_ball_grad(g_wh, w, w_sq)
-        return g_f, g_w
-
-
-def gsp_costs(features: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
-    """Costs ``c_ij = ||w_i/max(1,||w_i||) - f_j/max(1,||f_j||)||_2`` (Sec. 5.2.1), shape ``(B, m, n)``.
-
-    Squared distances are clamped at ``1e-12`` before the square root, so a
-    prototype equal to a feature has cost ``1e-6`` and a finite (zero) gradient.
-    The gradient is the chain rule written out (``_GSPCosts``); under ``torch.jit.trace``
-    the same operations run under plain autograd.
-    """
-    _check_inputs(features, prototypes)
-    if torch.jit.is_tracing():
-        return _costs_forward(features, prototypes)[0]
-    return _GSPCosts.apply(features, prototypes)
 
 
 def _iterate(log_s: torch.Tensor, mu: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,14 +179,35 @@ def _iterate_nograd(log_s: torch.Tensor, mu: float, iters: int) -> tuple[torch.T
 
 
 def _solve(costs: torch.Tensor, mu: float, eps: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fixed point of Proposition 5.2.1 in the log domain (no autograd graph needed); see the module doc."""
+    """Fixed point of Proposition 5.2.1 (no autograd graph needed); see the module doc.
+
+    ``K = exp(-eps (c - min c))`` is formed once: its column sums give ``s = K^T 1_m`` and the
+    plan is ``pi = K Diag(t rho)``.  When a column of ``K`` underflows (``eps`` times the cost
+    spread beyond about 40 in float32) the log-domain form (``_solve_log``) is used instead.
+    """
     n = costs.shape[-1]
     # (P2) is invariant to adding a constant to all costs of one sample (the plan's mass is fixed to mu),
     # so the smallest cost is moved to 0: log t stays moderate and float32 keeps its precision.
     # log K = -eps (c - min c), computed as eps (min c - c) (the same numbers: a - c = -(c - a) exactly).
-    log_k = torch.sub(costs.amin(dim=(1, 2), keepdim=True), costs).mul_(eps)  # (B, m, n)
-    log_s = torch.logsumexp(log_k, dim=1)  # log K^T 1_m, (B, n)
+    log_k = torch.sub(costs.amin(dim=(1, 2), keepdim=True), costs).mul_(eps)  # (B, m, n), <= 0
+    k = log_k.exp()
+    s = k.sum(dim=1)  # K^T 1_m, (B, n)
+    # a column (nearly) underflowed: stay in the log domain (always under export / compile: no branching on values)
+    if torch.compiler.is_compiling() or not bool((s >= _min_column_sum(s.dtype)).all()):
+        return _solve_log(log_k, mu, iters)
     if mu == 1.0:  # Claim 5.2.1: rho = 0, pi = column softmax / n (the limit t -> inf)
+        pi = k.div_(torch.mul(s, n)[:, None, :])
+        return torch.zeros_like(s), pi
+    log_rho, log_t = _iterate_nograd(s.log_(), mu, iters)
+    pi = k.mul_(torch.add(log_rho, log_t[:, None]).exp_()[:, None, :])  # t K Diag(rho)
+    return log_rho.exp_(), pi
+
+
+def _solve_log(log_k: torch.Tensor, mu: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_solve`` with ``K`` kept in the log domain (finite for any ``eps * c``); ``log_k`` is overwritten."""
+    n = log_k.shape[-1]
+    log_s = torch.logsumexp(log_k, dim=1)  # log K^T 1_m, (B, n)
+    if mu == 1.0:
         return torch.zeros_like(log_s), log_k.sub_(log_s[:, None, :]).sub_(math.log(n)).exp_()
     log_rho, log_t = _iterate_nograd(log_s, mu, iters)
     pi = log_k.add_(log_t[:, None, None]).add_(log_rho[:, None, :]).exp_()  # t K Diag(rho), log domain
@@ -271,19 +215,28 @@ def _solve(costs: torch.Tensor, mu: float, eps: float, iters: int) -> tuple[torc
 
 
 def _transport_grad(
-    rho: torch.Tensor, pi: torch.Tensor, g_rho: torch.Tensor, g_pi: torch.Tensor, mu: float, eps: float
+    rho: torch.Tensor, pi: torch.Tensor, g_rho: torch.Tensor, g_pi: torch.Tensor | None, mu: float, eps: float
 ) -> torch.Tensor:
-    """``dL/dc`` by Proposition 5.2.2 (reading documented in the module docstring)."""
+    """``dL/dc`` by Proposition 5.2.2 (reading documented in the module docstring).
+
+    ``g_pi`` is ``None`` when the plan does not reach the loss (pooling alone): its terms vanish.
+    """
     n = rho.shape[-1]
-    pg = pi * g_pi  # (B, m, n)
-    col_pg = pg.sum(dim=1)  # sum_i pi_ij dL/dpi_ij, (B, n)
-    inner = (rho * g_rho).add_(col_pg).mul_(n)  # n q, q = rho dL/drho + sum_i pi_ij dL/dpi_ij
+    pg = col_pg = None
+    inner = (rho * g_rho).mul_(n)  # n q, q = rho dL/drho + sum_i pi_ij dL/dpi_ij
+    if g_pi is not None:
+        pg = pi * g_pi  # (B, m, n)
+        col_pg = pg.sum(dim=1)  # sum_i pi_ij dL/dpi_ij, (B, n)
+        inner.add_(col_pg, alpha=n)
     if mu != 1.0:
         rho_hat = pi.sum(dim=1).mul_(n)  # = 1 - n rho_j at the fixed point
         k = (rho * rho_hat).sum(dim=-1)  # = 1 - mu - n rho^T rho
-        eta = (rho * (rho_hat * g_rho - n * col_pg)).sum(dim=-1)  # = sum rho dL/drho - n q^T rho
+        eta_terms = rho_hat * g_rho if col_pg is None else rho_hat * g_rho - n * col_pg
+        eta = (rho * eta_terms).sum(dim=-1)  # = sum rho dL/drho - n q^T rho
         ratio = torch.where(k > 0, eta / k.clamp(min=torch.finfo(k.dtype).tiny), torch.zeros_like(k))
         inner = inner - n * rho * ratio[:, None]
+    if pg is None:  # -eps pi (0 - inner)
+        return pi * inner.mul_(eps)[:, None, :]
     out = pi * inner[:, None, :]
     return torch.sub(pg, out, out=out).mul_(-eps)
 
@@ -296,12 +249,18 @@ class _GSPTransport(torch.autograd.Function):
         rho, pi = _solve(costs.detach(), mu, eps, iters)
         ctx.save_for_backward(rho, pi)
         ctx.mu, ctx.eps = mu, eps
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None instead of a tensor of zeros
         return rho, pi
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, g_rho: torch.Tensor, g_pi: torch.Tensor) -> tuple[torch.Tensor | None, None, None, None]:
+    def backward(
+        ctx: Any, g_rho: torch.Tensor | None, g_pi: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, None, None, None]:
+        if g_rho is None and g_pi is None:
+            return None, None, None, None
         rho, pi = ctx.saved_tensors
+        g_rho = torch.zeros_like(rho) if g_rho is None else g_rho
         return _transport_grad(rho, pi, g_rho, g_pi, ctx.mu, ctx.eps), None, None, None
 
 
@@ -360,6 +319,60 @@ def _pool(features: torch.Tensor, rho: torch.Tensor, mu: float) -> torch.Tensor:
     return torch.bmm(weights.unsqueeze(1), features).squeeze(1)
 
 
+class _GSPPool(torch.autograd.Function):
+    """(features (B, n, d), prototypes (m, d)) -> (pooled (B, d), rho (B, n), plan (B, m, n)) in one node.
+
+    The same computation as ``_pool(f, *gsp_transport(gsp_costs(f, w)))``, with one backward:
+    ``dL/drho_j = -(1/mu) f_j . dL/dg`` joins the incoming ``dL/drho``, Prop. 5.2.2 gives ``dL/dc``,
+    ``costs_backward`` gives the costs' share of ``dL/df`` and ``dL/dw``, and the pooling's direct
+    share ``((1/n - rho_j)/mu) dL/dg`` is added to ``dL/df_j`` in place (no separate gradient of
+    the features for the pooling product and no sum of the two).
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        costs, saved = costs_forward(features, prototypes)
+        rho, pi = _solve(costs, mu, eps, iters)
+        ctx.save_for_backward(rho, pi, *saved)
+        ctx.mu, ctx.eps = mu, eps
+        ctx.set_materialize_grads(False)
+        return _pool(features, rho, mu), rho, pi
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, g_pooled: torch.Tensor | None, g_rho: torch.Tensor | None, g_pi: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
+        rho, pi, *rest = ctx.saved_tensors
+        saved = CostsContext(*rest)
+        features, mu = saved.features, ctx.mu
+        if g_pooled is not None:  # pooled = sum_j (1/n - rho_j)/mu f_j
+            g_rho_pool = torch.bmm(features, g_pooled.unsqueeze(2)).squeeze(2).mul_(-1.0 / mu)
+            g_rho = g_rho_pool if g_rho is None else g_rho_pool.add_(g_rho)
+        if g_rho is None and g_pi is None:
+            return None, None, None, None, None
+        g_rho = torch.zeros_like(rho) if g_rho is None else g_rho
+        g_c = _transport_grad(rho, pi, g_rho, g_pi, mu, ctx.eps)
+        g_f, g_w = costs_backward(saved, g_c, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        if g_f is not None and g_pooled is not None:
+            weights = (1.0 / features.shape[1] - rho).div_(mu)
+            g_f.addcmul_(weights.unsqueeze(2), g_pooled.unsqueeze(1))
+        return g_f, g_w, None, None, None
+
+
+def _pool_with_transport(
+    features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(pooled, rho, plan)`` by ``_GSPPool``, or under ``torch.jit.trace`` (export) by the composed functions."""
+    check_inputs(features, prototypes)
+    if torch.jit.is_tracing():
+        rho, plan = gsp_transport(gsp_costs(features, prototypes), mu, eps, iters)
+        return _pool(features, rho, mu), rho, plan
+    return _GSPPool.apply(features, prototypes, float(mu), float(eps), int(iters))
+
+
 def generalized_sum_pool(
     features: torch.Tensor, prototypes: torch.Tensor, mu: float = 0.3, eps: float = 5.0, iters: int = 100
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -374,11 +387,12 @@ def generalized_sum_pool(
 
     The plan's rows summed and divided by ``mu`` are the pseudo-attributes of Eq. 5.2.3.
     Gradients reach ``features`` (through the weights and the costs) and ``prototypes``;
-    the transport step is differentiated by Proposition 5.2.2 (no unrolled graph).
+    the transport step is differentiated by Proposition 5.2.2 (no unrolled graph), the whole
+    layer in one backward (``_GSPPool``).
     """
     _check_params(mu, eps, iters)
-    rho, plan = gsp_transport(gsp_costs(features, prototypes), mu, eps, iters)
-    return _pool(features, rho, float(mu)), plan
+    pooled, _, plan = _pool_with_transport(features, prototypes, float(mu), float(eps), int(iters))
+    return pooled, plan
 
 
 def generalized_sum_pool_unrolled(
@@ -492,10 +506,10 @@ class GSP(nn.Module):
         features = _map_to_features(x, self.dim)
         if self.pools_with_gap:
             return self._warmup(features)
-        rho, plan = gsp_transport(gsp_costs(features, self.prototypes), self.mu, self.eps, self.iters)
+        pooled, rho, plan = _pool_with_transport(features, self.prototypes, self.mu, self.eps, self.iters)
         self.last_entropy = weight_entropy(gsp_pooling_weights(rho.detach(), self.mu))
         self.last_features = features.shape[1]
-        return _pool(features, rho, self.mu), plan
+        return pooled, plan
 
     def _warmup(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """GAP (and an all-zero plan) while the memory fills; the k-centre start once it is full."""
@@ -504,7 +518,7 @@ class GSP(nn.Module):
         self.last_entropy = torch.full((b,), math.log(n), dtype=features.dtype, device=features.device)
         self.last_features = n
         if self.training:
-            self.memory.add(_unit_ball(pooled.detach()))
+            self.memory.add(unit_ball(pooled.detach()))
             if self.memory.full:
                 self._start_from_memory()
         return pooled, features.new_zeros(b, self.num_prototypes, n)
