@@ -135,16 +135,20 @@ def test_layer_gradcheck():
     assert torch.autograd.gradcheck(lambda a, b: generalized_sum_pool(a, b, 0.4, 5.0, 200), (f, w))
 
 
-def _costs_by_autograd(f: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Sec. 5.2.1 written literally under autograd: ``||w_i/max(1,||w_i||) - f_j/max(1,||f_j||)||``,
-    with the layer's clamp of the squared distance at 1e-12."""
-    fh = f / f.norm(dim=-1, keepdim=True).clamp(min=1.0)
-    wh = w / w.norm(dim=-1, keepdim=True).clamp(min=1.0)
+def _costs_by_autograd(f: torch.Tensor, w: torch.Tensor, normalization: str = "unit_ball") -> torch.Tensor:
+    """Sec. 5.2.1 written literally under autograd: ``||w_i/max(1,||w_i||) - f_j/max(1,||f_j||)||``
+    (``l2``: ``torch.nn.functional.normalize``), with the layer's clamp of the squared distance at 1e-12."""
+    if normalization == "l2":
+        fh, wh = torch.nn.functional.normalize(f, dim=-1), torch.nn.functional.normalize(w, dim=-1)
+    else:
+        fh = f / f.norm(dim=-1, keepdim=True).clamp(min=1.0)
+        wh = w / w.norm(dim=-1, keepdim=True).clamp(min=1.0)
     return ((wh[None, :, None, :] - fh[:, None, :, :]) ** 2).sum(-1).clamp(min=1e-12).sqrt()
 
 
+@pytest.mark.parametrize("normalization", ["unit_ball", "l2"])
 @pytest.mark.parametrize("case", ["inside", "outside", "mixed", "clamped", "transposed_map"])
-def test_costs_and_their_gradient_against_literal_autograd(case):
+def test_costs_and_their_gradient_against_literal_autograd(case, normalization):
     """gsp_costs (hand-written backward) against autograd through the literal formula, float64,
     with features and prototypes inside, outside and on both sides of the unit ball, a prototype
     equal to a feature (clamped distance: zero gradient there), and a non-contiguous feature view
@@ -165,9 +169,9 @@ def test_costs_and_their_gradient_against_literal_autograd(case):
         f[1, 3] = w[2]
     f, w = f.detach().requires_grad_(), w.detach().requires_grad_()
     g_c = torch.randn(3, 6, 8, generator=g, dtype=D64)
-    c = gsp_costs(f, w)
+    c = gsp_costs(f, w, normalization)
     grads = torch.autograd.grad((c * g_c).sum(), (f, w))
-    ref = _costs_by_autograd(f, w)
+    ref = _costs_by_autograd(f, w, normalization)
     grads_ref = torch.autograd.grad((ref * g_c).sum(), (f, w))
     assert torch.allclose(c, ref, rtol=1e-10, atol=1e-12)
     for a, b in zip(grads, grads_ref):
@@ -175,7 +179,7 @@ def test_costs_and_their_gradient_against_literal_autograd(case):
     if case == "clamped":
         assert float(c.detach()[1, 2, 3]) == pytest.approx(1e-6)
     if case != "clamped":  # finite differences step across the clamp's kink there
-        assert torch.autograd.gradcheck(gsp_costs, (f, w))
+        assert torch.autograd.gradcheck(lambda a, b: gsp_costs(a, b, normalization), (f, w))
 
 
 def test_clamped_cost_passes_no_gradient_in_float32():
@@ -192,6 +196,42 @@ def test_clamped_cost_passes_no_gradient_in_float32():
     ref = torch.autograd.grad((_costs_by_autograd(f64, w64) * g_c.double()).sum(), (f64, w64))
     for a, b in zip(grads, ref):
         assert torch.allclose(a.double(), b, atol=1e-4)
+
+
+def test_l2_costs_make_the_plan_blind_to_feature_norms():
+    """The author's l2 normalisation: scaling each local feature by its own positive factor leaves the
+    costs, rho and the plan unchanged; the thesis' u / max(1, ||u||) keeps norms below 1, so there the
+    plan changes (the two readings differ)."""
+    f = torch.randn(2, 7, 4, generator=_gen(61), dtype=D64) * 0.4
+    w = torch.randn(3, 4, generator=_gen(62), dtype=D64)
+    factors = torch.rand(2, 7, 1, generator=_gen(63), dtype=D64) * 3 + 0.2
+    _, plan = generalized_sum_pool(f, w, 0.3, 5.0, 200, normalization="l2")
+    _, plan_scaled = generalized_sum_pool(f * factors, w, 0.3, 5.0, 200, normalization="l2")
+    assert torch.allclose(plan, plan_scaled, atol=1e-12)
+    _, plan_ub = generalized_sum_pool(f, w, 0.3, 5.0, 200)
+    _, plan_ub_scaled = generalized_sum_pool(f * factors, w, 0.3, 5.0, 200)
+    assert (plan_ub - plan_ub_scaled).abs().max() > 1e-3
+
+
+def test_l2_layer_gradient_matches_unrolled_autograd_and_memory_rows_are_unit():
+    f = _features(2, 6, 5, seed=64).mul(0.6).requires_grad_()
+    w = (torch.randn(4, 5, generator=_gen(65), dtype=D64) * 0.6).requires_grad_()
+    g_out = torch.randn(2, 5, generator=_gen(66), dtype=D64)
+    grads = [torch.autograd.grad((fn(f, w, 0.4, 5.0, 200, normalization="l2")[0] * g_out).sum(), (f, w))
+             for fn in (generalized_sum_pool, generalized_sum_pool_unrolled)]
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-9, rtol=1e-7)
+    layer = GSP(5, num_prototypes=3, init="kcenter", memory_size=8, normalization="l2", generator=_gen(67))
+    layer(torch.rand(4, 5, 3, 3, generator=_gen(68)) * 0.1)  # GAP warm-up: pooled norms far below 1
+    rows = layer.memory.rows[:4]
+    assert torch.allclose(rows.norm(dim=1), torch.ones(4), atol=1e-6)
+
+
+def test_unknown_normalization_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="unit_ball, l2"):
+        GSP(4, normalization="l1")
+    with pytest.raises(ValueError, match="unit_ball, l2"):
+        gsp_costs(torch.rand(1, 2, 4), torch.rand(3, 4), "sphere")
 
 
 def test_unrolled_variants_agree():

@@ -85,7 +85,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from dmlkit.pooling.gsp_costs import CostsContext, check_inputs, costs_backward, costs_forward, gsp_costs, unit_ball
+from dmlkit.pooling.gsp_costs import (
+    CostsContext,
+    check_inputs,
+    check_normalization,
+    costs_backward,
+    costs_forward,
+    gsp_costs,
+    normalize_rows,
+)
 from dmlkit.pooling.gsp_diagnostics import gsp_pooling_weights, weight_entropy
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS, PrototypeMemory, kcenter_prototypes
 from dmlkit.pooling.registry import register_pooling
@@ -331,12 +339,13 @@ class _GSPPool(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int
+        ctx: Any, features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int,
+        normalization: str,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        costs, saved = costs_forward(features, prototypes)
+        costs, saved = costs_forward(features, prototypes, normalization)
         rho, pi = _solve(costs, mu, eps, iters)
         ctx.save_for_backward(rho, pi, *saved)
-        ctx.mu, ctx.eps = mu, eps
+        ctx.mu, ctx.eps, ctx.normalization = mu, eps, normalization
         ctx.set_materialize_grads(False)
         return _pool(features, rho, mu), rho, pi
 
@@ -344,7 +353,7 @@ class _GSPPool(torch.autograd.Function):
     @once_differentiable
     def backward(
         ctx: Any, g_pooled: torch.Tensor | None, g_rho: torch.Tensor | None, g_pi: torch.Tensor | None
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None, None]:
         rho, pi, *rest = ctx.saved_tensors
         saved = CostsContext(*rest)
         features, mu = saved.features, ctx.mu
@@ -352,29 +361,36 @@ class _GSPPool(torch.autograd.Function):
             g_rho_pool = torch.bmm(features, g_pooled.unsqueeze(2)).squeeze(2).mul_(-1.0 / mu)
             g_rho = g_rho_pool if g_rho is None else g_rho_pool.add_(g_rho)
         if g_rho is None and g_pi is None:
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         g_rho = torch.zeros_like(rho) if g_rho is None else g_rho
         g_c = _transport_grad(rho, pi, g_rho, g_pi, mu, ctx.eps)
-        g_f, g_w = costs_backward(saved, g_c, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        g_f, g_w = costs_backward(saved, g_c, ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.normalization)
         if g_f is not None and g_pooled is not None:
             weights = (1.0 / features.shape[1] - rho).div_(mu)
             g_f.addcmul_(weights.unsqueeze(2), g_pooled.unsqueeze(1))
-        return g_f, g_w, None, None, None
+        return g_f, g_w, None, None, None, None
 
 
 def _pool_with_transport(
-    features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int
+    features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int,
+    normalization: str = "unit_ball",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(pooled, rho, plan)`` by ``_GSPPool``, or under ``torch.jit.trace`` (export) by the composed functions."""
     check_inputs(features, prototypes)
+    check_normalization(normalization)
     if torch.jit.is_tracing():
-        rho, plan = gsp_transport(gsp_costs(features, prototypes), mu, eps, iters)
+        rho, plan = gsp_transport(gsp_costs(features, prototypes, normalization), mu, eps, iters)
         return _pool(features, rho, mu), rho, plan
-    return _GSPPool.apply(features, prototypes, float(mu), float(eps), int(iters))
+    return _GSPPool.apply(features, prototypes, float(mu), float(eps), int(iters), normalization)
 
 
 def generalized_sum_pool(
-    features: torch.Tensor, prototypes: torch.Tensor, mu: float = 0.3, eps: float = 5.0, iters: int = 100
+    features: torch.Tensor,
+    prototypes: torch.Tensor,
+    mu: float = 0.3,
+    eps: float = 5.0,
+    iters: int = 100,
+    normalization: str = "unit_ball",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized sum pooling (Eq. 5.2.1 with (P2)): ``(B, n, d), (m, d) -> (pooled (B, d), plan (B, m, n))``.
 
@@ -384,6 +400,8 @@ def generalized_sum_pool(
         mu: transported mass fraction in (0, 1]; 1 is exactly global average pooling (Claim 5.2.1).
         eps: inverse entropy smoothing of (P2) (5.0 for pair losses, 0.5 for proxy losses, Sec. 5.2.4).
         iters: iterations of Proposition 5.2.1 (100 in Sec. 5.2.4).
+        normalization: of features and prototypes in the costs: ``"unit_ball"``, ``u / max(1, ||u||)``
+            (Sec. 5.2.1), or ``"l2"``, ``u / ||u||`` (the author's code).
 
     The plan's rows summed and divided by ``mu`` are the pseudo-attributes of Eq. 5.2.3.
     Gradients reach ``features`` (through the weights and the costs) and ``prototypes``;
@@ -391,7 +409,7 @@ def generalized_sum_pool(
     layer in one backward (``_GSPPool``).
     """
     _check_params(mu, eps, iters)
-    pooled, _, plan = _pool_with_transport(features, prototypes, float(mu), float(eps), int(iters))
+    pooled, _, plan = _pool_with_transport(features, prototypes, float(mu), float(eps), int(iters), normalization)
     return pooled, plan
 
 
@@ -402,10 +420,11 @@ def generalized_sum_pool_unrolled(
     eps: float = 5.0,
     iters: int = 100,
     unroll: str = "literal",
+    normalization: str = "unit_ball",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``generalized_sum_pool`` differentiated by autograd through the unrolled iterations (reference)."""
     _check_params(mu, eps, iters)
-    rho, plan = gsp_transport_unrolled(gsp_costs(features, prototypes), mu, eps, iters, unroll)
+    rho, plan = gsp_transport_unrolled(gsp_costs(features, prototypes, normalization), mu, eps, iters, unroll)
     return _pool(features, rho, float(mu)), plan
 
 
@@ -438,6 +457,8 @@ class GSP(nn.Module):
             of ``B`` images the GAP warm-up lasts ``warmup_steps + ceil(memory_size / B)`` steps.
         memory_size: rows of that memory (1024 in the author's code); at least ``num_prototypes``.
         warmup_steps: training batches pooled with GAP before the memory starts filling (0).
+        normalization: of features and prototypes in the costs, and of the memory's rows:
+            ``"unit_ball"`` (thesis Sec. 5.2.1, ``u / max(1, ||u||)``) or ``"l2"`` (the author's code).
 
     ``forward`` returns the pooled features; ``forward_with_plan`` also returns
     the transport plan ``(B, m, n)`` (for the zero-shot prediction loss, Eq. 5.2.3; all zeros
@@ -459,9 +480,11 @@ class GSP(nn.Module):
         init: str = "random",
         memory_size: int = 1024,
         warmup_steps: int = 0,
+        normalization: str = "unit_ball",
     ) -> None:
         super().__init__()
         _check_params(mu, eps, iters)
+        check_normalization(normalization)
         if init not in PROTOTYPE_INITS:
             raise ValueError(f"GSP init must be one of {', '.join(PROTOTYPE_INITS)}, got {init!r}")
         if isinstance(num_prototypes, bool) or not isinstance(num_prototypes, int) or num_prototypes < 1:
@@ -476,6 +499,7 @@ class GSP(nn.Module):
         self.mu = float(mu)
         self.eps = float(eps)
         self.iters = iters
+        self.normalization = normalization
         self.init = init
         start = torch.randn(num_prototypes, dim, generator=generator) / math.sqrt(dim)
         self.prototypes = nn.Parameter(start)
@@ -506,7 +530,9 @@ class GSP(nn.Module):
         features = _map_to_features(x, self.dim)
         if self.pools_with_gap:
             return self._warmup(features)
-        pooled, rho, plan = _pool_with_transport(features, self.prototypes, self.mu, self.eps, self.iters)
+        pooled, rho, plan = _pool_with_transport(
+            features, self.prototypes, self.mu, self.eps, self.iters, self.normalization
+        )
         self.last_entropy = weight_entropy(gsp_pooling_weights(rho.detach(), self.mu))
         self.last_features = features.shape[1]
         return pooled, plan
@@ -518,7 +544,7 @@ class GSP(nn.Module):
         self.last_entropy = torch.full((b,), math.log(n), dtype=features.dtype, device=features.device)
         self.last_features = n
         if self.training:
-            self.memory.add(unit_ball(pooled.detach()))
+            self.memory.add(normalize_rows(pooled.detach(), self.normalization))
             if self.memory.full:
                 self._start_from_memory()
         return pooled, features.new_zeros(b, self.num_prototypes, n)
@@ -535,4 +561,4 @@ class GSP(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_prototypes={self.num_prototypes}, mu={self.mu}, eps={self.eps}, iters={self.iters}, "
-                f"init={self.init!r}")
+                f"init={self.init!r}, normalization={self.normalization!r}")
