@@ -206,17 +206,37 @@ def test_foreground_share_known_answers(collages):
 
 
 # ------------------------------------------------------------------ issue 20 item 7: the studies as the thesis runs them
-def _hand_model(num_prototypes, memory_size=4, warmup_steps=1):
+def _hand_model(num_prototypes, memory_size=4, warmup_steps=1, normalization="unit_ball"):
     """A synthetic-study GSP model whose tokens 0-3 sit at hand-picked points of the 2-D box."""
     from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, TokenBagModel
 
     cfg = SyntheticStudyConfig(num_prototypes=num_prototypes, memory_size=memory_size, warmup_steps=warmup_steps,
-                               iters=60, prototype_init="kcenter")
+                               iters=60, prototype_init="kcenter", normalization=normalization)
     model = TokenBagModel(cfg.spec, cfg, "gsp", torch.Generator().manual_seed(0)).double()
     points = torch.tensor([[0.0, 0.0], [0.1, 0.0], [0.3, 0.3], [-0.2, 0.1]], dtype=torch.float64)
     with torch.no_grad():
         model.tokens[:4] = points
     return model.train(), points
+
+
+def test_synthetic_study_l2_reading_starts_prototypes_on_the_unit_circle():
+    """``normalization="l2"`` (the author's code): the memory keeps l2-normalised GAP vectors, so the k-centre
+    prototypes are the hand-picked points' directions: (0.1, 0) -> (1, 0), (0.3, 0.3) -> (0.71, 0.71),
+    (-0.2, 0.1) -> (-0.89, 0.45), the zero vector stays 0. A bad reading is refused with the choices."""
+    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig
+
+    model, points = _hand_model(num_prototypes=3, normalization="l2")
+    model(torch.tensor([[0, 1, 2, 3, 64, 65]] * 2))  # the skipped batch (warmup_steps=1)
+    model(torch.arange(4).repeat_interleave(5).reshape(4, 5))  # fills the memory
+    assert model.pool.normalization == "l2" and not model.pools_with_gap
+    directions = torch.nn.functional.normalize(points, dim=1)
+    torch.testing.assert_close(model.pool.memory.rows, directions)
+    # farthest-first from the zero row: every direction is 1 away, (1, 0) comes first; then (-0.89, 0.45)
+    # (1 from the zero row, 1.94 from (1, 0)) beats (0.71, 0.71) (0.77 from (1, 0)); the study then clips them to
+    # the tokens' box [-0.3, 0.3], as the author's kernel constraint does
+    torch.testing.assert_close(model.prototypes.data, directions[[0, 1, 3]].clamp(-0.3, 0.3))
+    with pytest.raises(ValueError, match="unit_ball, l2"):
+        SyntheticStudyConfig(normalization="cosine")
 
 
 def test_synthetic_kcenter_start_takes_the_farthest_first_gap_vectors():

@@ -86,9 +86,9 @@ class ImagePreprocess:
 
 
 def preprocess_for_config(cfg: ExperimentConfig) -> ImagePreprocess:
-    """The eval transform of the dataset of a run's config (``glyphs`` or ``image_folder``)."""
+    """The eval transform of the dataset of a run's config (``glyphs``, ``glyphs_testbed`` or ``image_folder``)."""
     d = cfg.data
-    if d.name == "glyphs":
+    if d.name in ("glyphs", "glyphs_testbed"):  # the testbed cuts the same glyph table, same normalisation
         return ImagePreprocess(1, d.image_size, (GLYPHS_MEAN,), (GLYPHS_STD,))
     if d.name == "image_folder":
         channels = int(d.params.get("channels", 3))

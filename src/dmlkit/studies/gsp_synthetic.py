@@ -14,8 +14,10 @@ Set-up (thesis values unless marked *ours*):
   vectors, and when that memory is full the prototypes become its greedy k-centres
   (``dmlkit.pooling.GSP(init="kcenter")``, the library's layer) and the model pools with GSP. The
   author writes l2-normalised vectors into the memory (so the prototypes start on the unit circle and
-  the next step clips them to the box's edge); dmlkit's layer keeps ``u / max(1, ||u||)``, which is
-  ``u`` here (GAP vectors of tokens in the box have norm <= 0.43). ``prototype_init = "random"`` starts
+  the next step clips them to the box's edge) and l2-normalises tokens and prototypes in the costs;
+  dmlkit's layer keeps ``u / max(1, ||u||)`` (the thesis' costs), which is ``u`` here (GAP vectors of
+  tokens in the box have norm <= 0.43); ``normalization = "l2"`` (``--normalization l2``) is the
+  author's reading of both. ``prototype_init = "random"`` starts
   them uniform in the box and pools with GSP from the first step (the study's first version). Early
   stopping and the choice of the best epoch only start once the model pools with GSP;
 * Adam, learning rate 1e-4, batches of 4 samples x 16 classes, early stopping
@@ -70,6 +72,7 @@ from dmlkit.evaluation import retrieval_metrics
 from dmlkit.losses import create_loss
 from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
 from dmlkit.pooling.gsp import GSP
+from dmlkit.pooling.gsp_costs import COST_NORMALIZATIONS, check_normalization
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS
 from dmlkit.protocols.table import markdown_grid
 from dmlkit.studies.paired_runs import paired_differences
@@ -103,6 +106,7 @@ class SyntheticStudyConfig:
     prototype_init: str = "kcenter"
     warmup_steps: int = 4096
     memory_size: int = 1024
+    normalization: str = "unit_ball"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -113,6 +117,7 @@ class SyntheticStudyConfig:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
+        check_normalization(self.normalization)
         if self.prototype_init not in PROTOTYPE_INITS:
             raise ValueError(f"prototype_init must be one of {', '.join(PROTOTYPE_INITS)}, got {self.prototype_init!r}")
         if not self.token_range > 0 or not self.lr > 0:
@@ -141,7 +146,7 @@ class TokenBagModel(nn.Module):
         self.pool: GSP | None = None
         if pooling == "gsp":
             self.pool = GSP(cfg.token_dim, cfg.num_prototypes, cfg.mu, cfg.eps, cfg.iters, init=cfg.prototype_init,
-                            memory_size=cfg.memory_size, warmup_steps=cfg.warmup_steps)
+                            memory_size=cfg.memory_size, warmup_steps=cfg.warmup_steps, normalization=cfg.normalization)
             with torch.no_grad():
                 self.pool.prototypes.copy_(protos)  # the random start: uniform in the tokens' box
 
@@ -270,7 +275,8 @@ def _setting(cfg: SyntheticStudyConfig) -> str:
     return (f"16 classes x 4 tokens + 4 background tokens, 50 tokens/sample, class fraction ~ N(0.5, 0.1); "
             f"{cfg.token_dim}-D tokens and prototypes in [-{cfg.token_range}, {cfg.token_range}], Adam {cfg.lr:g}, "
             f"loss {cfg.loss} {cfg.loss_params}; GSP m={cfg.num_prototypes}, mu={cfg.mu}, eps={cfg.eps}, "
-            f"iters={cfg.iters}, prototypes start {start}; lam={cfg.zero_shot_weight}; patience {cfg.patience} "
+            f"iters={cfg.iters}, costs normalised {cfg.normalization}, prototypes start {start}; "
+            f"lam={cfg.zero_shot_weight}; patience {cfg.patience} "
             f"epochs of {cfg.steps_per_epoch} steps, at most {cfg.max_epochs} epochs.")
 
 
@@ -396,13 +402,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup-steps", type=int, default=SyntheticStudyConfig.warmup_steps,
                         help="GAP steps before the k-centre memory starts filling")
     parser.add_argument("--memory-size", type=int, default=SyntheticStudyConfig.memory_size)
+    parser.add_argument("--normalization", choices=COST_NORMALIZATIONS, default=SyntheticStudyConfig.normalization,
+                        help="GSP costs and memory rows: unit_ball (thesis, u / max(1, ||u||)) or l2 (author's code)")
     args = parser.parse_args(argv)
     cfg = SyntheticStudyConfig(
         seed=args.seeds[0], max_epochs=args.max_epochs, steps_per_epoch=args.steps_per_epoch, patience=args.patience,
         lr=args.lr, eps=args.eps, mu=args.mu, num_prototypes=args.num_prototypes, iters=args.iters,
         token_dim=args.token_dim, loss_params={"pos_margin": 0.0, "neg_margin": args.neg_margin},
         zero_shot_weight=args.zero_shot_weight, prototype_init=args.prototype_init, warmup_steps=args.warmup_steps,
-        memory_size=args.memory_size,
+        memory_size=args.memory_size, normalization=args.normalization,
     )
     run_study(cfg, args.out, args.variants, args.seeds)
     print((Path(args.out) / "table.md").read_text())
