@@ -4,6 +4,8 @@ Claim 5.2.1, the constraints of (P2), numerical safety, the layer and the regist
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -288,7 +290,7 @@ def test_columns_that_underflow_are_solved_in_the_log_domain(mu, dtype, monkeypa
     """eps times the cost spread far beyond exp's range (some columns of K = exp(-eps c) are all 0):
     the layer solves in the log domain, and its result equals the hoisted iteration written with
     log-sum-exp (an independent autograd reference), gradient included."""
-    from dmlkit.pooling import gsp as gsp_module
+    gsp_module = importlib.import_module("dmlkit.pooling.gsp_transport")  # the package's gsp_transport is the function
 
     calls = []
     log_solver = gsp_module._solve_log
@@ -314,10 +316,10 @@ def test_columns_that_underflow_are_solved_in_the_log_domain(mu, dtype, monkeypa
 def test_plan_from_k_equals_the_log_domain_plan(mu):
     """The layer's usual path (K formed once, pi = K Diag(t rho)) against the log-domain path on costs
     where both apply: the same fixed point to float64 rounding, and the log path is not taken."""
-    from dmlkit.pooling import gsp as gsp_module
+    gsp_module = importlib.import_module("dmlkit.pooling.gsp_transport")  # the package's gsp_transport is the function
 
     c = torch.rand(4, 16, 25, generator=_gen(24), dtype=D64) * 2
-    rho, pi = gsp_module._solve(c, mu, 5.0, 100)
+    rho, pi = gsp_module.solve_transport(c, mu, 5.0, 100)
     log_k = (c.amin(dim=(1, 2), keepdim=True) - c) * 5.0
     rho_log, pi_log = gsp_module._solve_log(log_k, mu, 100)
     assert torch.allclose(rho, rho_log, rtol=1e-12, atol=1e-15) and torch.allclose(pi, pi_log, rtol=1e-12, atol=1e-15)
@@ -426,7 +428,7 @@ def test_benchmark_reports_the_true_gradient_difference():
 def test_fast_forward_iteration_equals_the_reference_iteration_bit_for_bit(dtype, iters):
     """The layer's loop (in place, stops at an exact cycle of the iterates) returns what every step of the
     reference loop returns, for either parity of the remaining steps."""
-    from dmlkit.pooling.gsp import _iterate, _iterate_nograd
+    from dmlkit.pooling.gsp_transport import _iterate, _iterate_nograd
 
     g = torch.Generator().manual_seed(iters)
     costs = torch.rand(3, 8, 12, generator=g, dtype=dtype) * 2

@@ -19,6 +19,7 @@ from dmlkit.pooling.gsp import (
     gsp_transport,
     gsp_transport_unrolled,
 )
+from dmlkit.pooling.gsp_costs import COST_NORMALIZATIONS, normalize_rows
 from dmlkit.pooling.gsp_gmp import GSPGMP, gsp_gmp
 from dmlkit.pooling.gsp_diagnostics import gsp_pooling_weights, weight_entropy, weight_summary
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS, PrototypeMemory, kcenter_prototypes
@@ -46,6 +47,8 @@ __all__ = [
     "attention_pool",
     # GSP's optimal transport and autograd references
     "gsp_costs",
+    "COST_NORMALIZATIONS",
+    "normalize_rows",
     "gsp_transport",
     "gsp_transport_unrolled",
     "generalized_sum_pool_unrolled",

@@ -33,16 +33,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = [
-    "COST_NORMALIZATIONS",
-    "CostsContext",
-    "check_inputs",
-    "check_normalization",
-    "costs_backward",
-    "costs_forward",
-    "gsp_costs",
-    "normalize_rows",
-]
+__all__ = ["COST_NORMALIZATIONS", "gsp_costs", "normalize_rows"]  # the layer uses the rest (costs_forward, ...)
 
 _MIN_SQ_DIST = 1e-12  # squared distances are clamped here so that sqrt has a finite gradient at 0
 _L2_MIN_SQ_NORM = 1e-24  # l2: norms are clamped at 1e-12 (as torch.nn.functional.normalize), so 0 stays 0
