@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from dmlkit.data.seeding import derive_seed
 from dmlkit.models.backbones import TIMM_PREFIX, create_backbone, list_backbones
 from dmlkit.models.embedder import HEADS, NORMALIZATIONS, Embedder, local_projection_conv
 from dmlkit.pooling import create_pooling, list_poolings
@@ -70,5 +73,21 @@ def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
     backbone = create_backbone(cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained, freeze_bn=cfg.freeze_bn)
     projection = None if cfg.local_dim is None else local_projection_conv(backbone.out_channels, cfg.local_dim)
     channels = backbone.out_channels if projection is None else cfg.local_dim
-    pooling = create_pooling(cfg.pooling, channels, **dict(cfg.pooling_params))
+    pooling = _build_pooling(cfg, channels)
     return Embedder(backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize, local_projection=projection, head=cfg.head)
+
+
+_POOLING_STREAM = 0x504F4F4C  # "POOL": the pooling's own random stream, derived from the current seed
+
+
+def _build_pooling(cfg: ModelConfig, channels: int) -> torch.nn.Module:
+    """The pooling, with its random parameters drawn from a stream of their own.
+
+    The stream is derived from the seed of the current (seeded) generator and the global state is restored after, so
+    a pooling with random parameters (GSP's prototypes, NetVLAD's centres) does not shift what is drawn after it: the
+    head and, in ``build_model``, the loss's proxies. A GAP model and a GSP model of one seed then start from the
+    same head or proxies, and a paired comparison differs in the pooling only.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(torch.initial_seed(), _POOLING_STREAM))
+        return create_pooling(cfg.pooling, channels, **dict(cfg.pooling_params))
