@@ -169,10 +169,11 @@ def solve_transport(costs: torch.Tensor, mu: float, eps: float, iters: int) -> t
     # so the smallest cost is moved to 0: log t stays moderate and float32 keeps its precision.
     # log K = -eps (c - min c), computed as eps (min c - c) (the same numbers: a - c = -(c - a) exactly).
     log_k = torch.sub(costs.amin(dim=(1, 2), keepdim=True), costs).mul_(eps)  # (B, m, n), <= 0
+    if torch.compiler.is_compiling():  # export / compile cannot branch on values: always the log domain
+        return _solve_log(log_k, mu, iters)
     k = log_k.exp()
     s = k.sum(dim=1)  # K^T 1_m, (B, n)
-    # a column (nearly) underflowed: stay in the log domain (always under export / compile: no branching on values)
-    if torch.compiler.is_compiling() or not bool((s >= _min_column_sum(s.dtype)).all()):
+    if not bool((s >= _min_column_sum(s.dtype)).all()):  # a column (nearly) underflowed: stay in the log domain
         return _solve_log(log_k, mu, iters)
     if mu == 1.0:  # Claim 5.2.1: rho = 0, pi = column softmax / n (the limit t -> inf)
         pi = k.div_(torch.mul(s, n)[:, None, :])
