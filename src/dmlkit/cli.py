@@ -45,8 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress output")
 
     pretrain = sub.add_parser("pretrain", help="build (once) the pretrained backbone a config names in model.pretrained")
-    pretrain.add_argument("target", help="a config whose model.pretrained names a backbone, or that name "
-                                         "(e.g. glyphs-resnet20)")
+    pretrain.add_argument("target", help="a config whose model.pretrained names a backbone, or that name (glyphs-resnet20, "
+                                          "glyphs-resnet20@seed1: another pretraining seed)")
     pretrain.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                           help="override a value of the config (repeatable)")
     pretrain.add_argument("--force", action="store_true", help="train it again even if a valid cached copy exists")
@@ -303,17 +303,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
-    from dmlkit.assemble.pretrained import RECIPES, read_pretrained
+    from dmlkit.assemble.pretrained import canonical_pretrained_name, is_pretrained_name, list_pretrained, read_pretrained
     from dmlkit.config import load_config
     from dmlkit.pretrain import ensure_pretrained, pretrained_name
 
-    if args.target in RECIPES and not Path(args.target).is_file():
-        name = args.target
+    if is_pretrained_name(args.target) and not Path(args.target).is_file():
+        name = canonical_pretrained_name(args.target)
     else:
         name = pretrained_name(load_config(args.target, args.overrides))
         if name is None:
             raise ValueError(f"'{args.target}' names no pretrained backbone in model.pretrained; valid names: "
-                             f"{', '.join(sorted(RECIPES))}")
+                             f"{', '.join(list_pretrained())} (each also as <name>@seed<N>)")
     path = ensure_pretrained(name, quiet=args.quiet, force=args.force)
     summary = read_pretrained(name, path)["summary"]
     val = summary.get("best_val", {})

@@ -28,8 +28,8 @@ import torch
 
 from dmlkit.assemble import build_trainer, resume_trainer
 from dmlkit.assemble.pretrained import (
-    PRETRAINED_FORMAT, PretrainedCacheError, pretrained_key, pretrained_path, pretrained_recipe, read_pretrained,
-    state_checksum,
+    PRETRAINED_FORMAT, PretrainedCacheError, canonical_pretrained_name, is_pretrained_name, pretrained_key, pretrained_path,
+    pretrained_recipe, read_pretrained, state_checksum, training_conditions,
 )
 from dmlkit.config import ExperimentConfig, dump_config
 from dmlkit.data.catalog import create_dataset
@@ -43,10 +43,8 @@ __all__ = ["ensure_pretrained", "ensure_pretrained_for", "pretrained_name"]
 
 def pretrained_name(cfg: ExperimentConfig) -> str | None:
     """The pretrained-backbone name ``cfg`` uses (``model.pretrained`` when it is a recipe name), else None."""
-    from dmlkit.assemble.pretrained import RECIPES
-
     value = cfg.model.pretrained
-    return value if isinstance(value, str) and value in RECIPES else None
+    return canonical_pretrained_name(value) if is_pretrained_name(value) else None
 
 
 def ensure_pretrained_for(cfg: ExperimentConfig, quiet: bool = False) -> Path | None:
@@ -57,6 +55,7 @@ def ensure_pretrained_for(cfg: ExperimentConfig, quiet: bool = False) -> Path | 
 
 def ensure_pretrained(name: str, quiet: bool = False, force: bool = False) -> Path:
     """The cache file of pretrained backbone ``name``, trained first unless a valid entry exists (or ``force``)."""
+    name = canonical_pretrained_name(name)
     key = pretrained_key(name)
     path = pretrained_path(name, key)
     if not force:
@@ -90,7 +89,7 @@ def _train(name: str, key: str, path: Path, quiet: bool) -> None:
     entry: dict[str, Any] = {
         "format": PRETRAINED_FORMAT, "name": name, "key": key, "backbone": cfg.model.backbone,
         "in_channels": int(in_channels), "state_dict": state, "checksum": state_checksum(state),
-        "config": dump_config(cfg), "summary": _plain(summary),
+        "config": dump_config(cfg), "summary": _plain(summary), **training_conditions(cfg),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as fh:

@@ -30,6 +30,7 @@ from dmlkit.engine.objective import MetricLossTerm, Objective
 from dmlkit.engine.optim import parameter_groups
 from dmlkit.engine.parts import RunParts, Splits, plain_encode
 from dmlkit.engine.run_folder import RunFolder
+from dmlkit.engine.threads import pin_threads
 from dmlkit.engine.trainer import Trainer
 from dmlkit.losses.config import build_loss
 from dmlkit.methods import BuildContext, Method, build_methods
@@ -202,6 +203,7 @@ def build_trainer(
 ) -> Trainer:
     """A trainer for a new run of ``cfg`` in ``run_dir`` (default ``output_dir/name``)."""
     run_dir = default_run_dir(cfg) if run_dir is None else run_dir
+    pin_threads(cfg.train.threads)  # before the parts are built: every computation of the run uses them
     return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet)
 
 
@@ -213,6 +215,7 @@ def resume_trainer(run_dir: str | Path, callbacks: Sequence[Callback] = (), quie
     folder = RunFolder(run_dir)
     folder.check_started()
     cfg = load_config(folder.config)
+    pin_threads(cfg.train.threads)
     return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet, resuming=True)
 
 

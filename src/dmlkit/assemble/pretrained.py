@@ -10,10 +10,15 @@ the ordinary trainer (``dmlkit.pretrain``) and keeps the backbone's weights in
     ``<cache root>/pretrained/<name>-<key[:16]>.pt``   (``$DMLKIT_CACHE`` or ``~/.cache/dmlkit``)
 
 where ``key`` is the SHA-256 of what determines the weights (``pretrained_key``): the entry
-format, the name, the recipe as written (seed included), the dataset's fingerprint (glyphs:
-version, selection rule, fonts, size) and the versions of torch and pytorch-metric-learning. A
-changed recipe, dataset or library gives another file name, so such a stale entry is never
-picked up. The entry stores its key, its backbone and input channels, a SHA-256 of its tensors
+format, the name, the recipe as written (seed and ``train.threads`` included), the dataset's
+fingerprint (glyphs: version, selection rule, fonts, size) and the versions of torch and
+pytorch-metric-learning. A changed recipe, dataset or library gives another file name, so such a
+stale entry is never picked up. The thread count is in the recipe because float reductions (a
+convolution's backward, a matrix product) are split over the intra-op threads, so the same recipe
+trained with 1 and with 2 threads ends on different weights (docs/results/testbed.md measured a
+3-point MAP@R gap between two such backbones); the trainer pins ``train.threads`` whatever the shell's
+``OMP_NUM_THREADS``. The entry stores its key, the thread count and library versions it was trained
+with, its backbone and input channels, a SHA-256 of its tensors
 and the recipe's full resolved config (every default included); ``read_pretrained`` compares that
 config with today's resolution of the recipe, so a changed *default* (say ``train.betas``) makes
 the entry stale too. A config field added since the entry was written takes its default, as it
@@ -21,7 +26,13 @@ does when an old run folder is reused (``protocols.runs``): dmlkit adds options 
 keep what existing configs do, and keying on the full resolved text would throw away every backbone
 whenever any method gains an option (which happened three times in one afternoon). A field the
 entry holds and today's config no longer knows makes it stale. A renamed, truncated, altered or
-stale file raises ``PretrainedCacheError`` and is rebuilt, never used. (A change of the training
+stale file raises ``PretrainedCacheError`` and is rebuilt, never used.
+
+A name may carry a pretraining seed, ``<recipe>@seed<N>`` (``glyphs-resnet20@seed1``): the recipe
+with ``seed: N``, cached under that name like the default. The backbone is a random factor of every
+fine-tuning table (the seed of the pretraining moves the fine-tuned MAP@R by more than most method
+effects), so ``dmlkit protocol --backbones`` pairs methods over several of them. ``<recipe>@seed<N>``
+with the recipe's own seed is the recipe itself (one cache entry). (A change of the training
 *code* that changes weights, or a new field whose default changes what a recipe does, needs a new
 ``PRETRAINED_FORMAT``.)
 
@@ -34,9 +45,11 @@ from the recipe's. This module builds nothing: training a recipe is tool-level w
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +62,12 @@ from dmlkit.data.catalog import DATASETS
 from dmlkit.models.config import ModelConfig
 
 __all__ = [
-    "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "config_drift", "list_pretrained", "pretrained_key", "pretrained_path",
-    "pretrained_recipe", "read_pretrained", "resolve_pretrained", "state_checksum",
+    "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "canonical_pretrained_name", "config_drift", "is_pretrained_name",
+    "list_pretrained", "pretrained_key", "pretrained_path", "pretrained_recipe", "read_pretrained", "resolve_pretrained",
+    "split_pretrained_name", "state_checksum", "training_conditions",
 ]
 
-PRETRAINED_FORMAT = 1
+PRETRAINED_FORMAT = 2  # 2: the entry records the threads and library versions it was trained with
 
 #: name -> the experiment config (as YAML values) whose trained backbone the name stands for.
 RECIPES: dict[str, dict[str, Any]] = {
@@ -69,7 +83,7 @@ RECIPES: dict[str, dict[str, Any]] = {
         "train": {
             "optimizer": "adam", "lr": 2.0e-3, "loss_lr": 1.0e-2, "weight_decay": 1.0e-4, "batch_size": 128,
             "m_per_class": 1, "max_steps": 1500, "schedule": "step", "step_size": 1000, "step_gamma": 0.1,
-            "val_every": 250, "patience": 100,
+            "val_every": 250, "patience": 100, "threads": 1,
         },
         "eval": {"split": "val", "clustering": False},
     },
@@ -81,22 +95,61 @@ class PretrainedCacheError(ValueError):
 
 
 def list_pretrained() -> list[str]:
-    """The names ``model.pretrained`` accepts besides ``true`` / ``false`` / a weights file."""
+    """The names ``model.pretrained`` accepts besides ``true`` / ``false`` / a weights file (each also as
+    ``<name>@seed<N>``)."""
     return sorted(RECIPES)
 
 
-def _check_name(name: str) -> None:
-    if name not in RECIPES:
+_SEEDED = re.compile(r"^(?P<base>[^@]+)@(?P<suffix>.*)$")
+_SEED_SUFFIX = re.compile(r"^seed(?P<seed>[0-9]+)$")
+
+
+def split_pretrained_name(name: str) -> tuple[str, int | None]:
+    """``(recipe name, pretraining seed or None)`` of ``name`` (``glyphs-resnet20@seed1`` -> ``("glyphs-resnet20", 1)``).
+
+    Raises ``ValueError`` for an unknown recipe or a seed suffix that is not ``seed<N>`` with N >= 0.
+    """
+    match = _SEEDED.match(name)
+    base, suffix = (match["base"], match["suffix"]) if match else (name, None)
+    if base not in RECIPES:
         raise ValueError(
-            f"unknown pretrained backbone '{name}'; valid names are: {', '.join(list_pretrained())}, or give "
-            "model.pretrained the path of a weights file (or true / false)"
+            f"unknown pretrained backbone '{base}'; valid names are: {', '.join(list_pretrained())} (each also as "
+            "<name>@seed<N>), or give model.pretrained the path of a weights file (or true / false)"
         )
+    if suffix is None:
+        return base, None
+    seed = _SEED_SUFFIX.match(suffix)
+    if seed is None or int(seed["seed"]) > 2**31:
+        raise ValueError(
+            f"pretrained backbone '{name}': '@{suffix}' is not a pretraining seed; write {base}@seed<N> with N a "
+            f"non-negative integer (e.g. {base}@seed1), or {base} for the recipe's own seed"
+        )
+    return base, int(seed["seed"])
+
+
+def is_pretrained_name(value: object) -> bool:
+    """Whether ``value`` names a recipe (``<recipe>`` or ``<recipe>@<anything>``: a bad seed is then an error
+    of ``split_pretrained_name``, not a weights file that does not exist)."""
+    return isinstance(value, str) and value.split("@", 1)[0] in RECIPES
+
+
+def canonical_pretrained_name(name: str) -> str:
+    """``name`` as its cache entry is named: the recipe's name when the seed is the recipe's own."""
+    base, seed = split_pretrained_name(name)
+    return base if seed is None or seed == RECIPES[base].get("seed", 0) else f"{base}@seed{seed}"
+
+
+def _recipe_values(name: str) -> dict[str, Any]:
+    base, seed = split_pretrained_name(name)
+    values = copy.deepcopy(RECIPES[base])
+    if seed is not None:
+        values["seed"] = seed
+    return values
 
 
 def pretrained_recipe(name: str) -> ExperimentConfig:
-    """The experiment config that trains backbone ``name``."""
-    _check_name(name)
-    return from_dict(ExperimentConfig, RECIPES[name])
+    """The experiment config that trains backbone ``name`` (``<recipe>`` or ``<recipe>@seed<N>``)."""
+    return from_dict(ExperimentConfig, _recipe_values(name))
 
 
 def _dataset_fingerprint(cfg: ExperimentConfig) -> str:
@@ -108,9 +161,10 @@ def pretrained_key(name: str) -> str:
     """SHA-256 (hex) of everything that determines the weights of ``name`` (module docstring)."""
     import pytorch_metric_learning
 
+    name = canonical_pretrained_name(name)
     cfg = pretrained_recipe(name)
     record = {
-        "format": PRETRAINED_FORMAT, "name": name, "recipe": RECIPES[name], "data": _dataset_fingerprint(cfg),
+        "format": PRETRAINED_FORMAT, "name": name, "recipe": _recipe_values(name), "data": _dataset_fingerprint(cfg),
         "torch": torch.__version__, "pytorch_metric_learning": pytorch_metric_learning.__version__,
     }
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
@@ -130,7 +184,7 @@ def config_drift(stored: str, current: ExperimentConfig) -> list[str]:
 def pretrained_path(name: str, key: str | None = None) -> Path:
     """Where the weights of ``name`` are cached: ``<cache root>/pretrained/<name>-<key[:16]>.pt``."""
     key = pretrained_key(name) if key is None else key
-    return cache_root() / "pretrained" / f"{name}-{key[:16]}.pt"
+    return cache_root() / "pretrained" / f"{canonical_pretrained_name(name)}-{key[:16]}.pt"
 
 
 def state_checksum(state: dict[str, torch.Tensor]) -> str:
@@ -146,6 +200,7 @@ def state_checksum(state: dict[str, torch.Tensor]) -> str:
 def read_pretrained(name: str, path: Path | None = None) -> dict[str, Any] | None:
     """The cache entry of ``name`` (a dict with ``state_dict``, ``backbone``, ``in_channels``, ``summary``, ...),
     ``None`` when there is none, or ``PretrainedCacheError`` when the file is there but unusable."""
+    name = canonical_pretrained_name(name)
     key = pretrained_key(name)
     path = pretrained_path(name, key) if path is None else Path(path)
     if not path.is_file():
@@ -159,6 +214,10 @@ def read_pretrained(name: str, path: Path | None = None) -> dict[str, Any] | Non
         raise PretrainedCacheError(f"'{path}' is not a dmlkit pretrained-backbone entry")
     if entry["format"] != PRETRAINED_FORMAT or entry["name"] != name or entry["key"] != key:
         raise PretrainedCacheError(f"'{path}' holds weights of another recipe, dataset or library version (stale)")
+    made_with = training_conditions(pretrained_recipe(name))
+    differ = [f"{k}: {entry.get(k)!r} (recipe: {v!r})" for k, v in made_with.items() if entry.get(k) != v]
+    if differ:
+        raise PretrainedCacheError(f"'{path}' was trained under other conditions than the recipe's (stale): {'; '.join(differ)}")
     drift = config_drift(str(entry["config"]), pretrained_recipe(name))
     if drift:
         raise PretrainedCacheError(f"'{path}' was trained with another resolution of the recipe (stale): {', '.join(drift[:5])}")
@@ -168,6 +227,15 @@ def read_pretrained(name: str, path: Path | None = None) -> dict[str, Any] | Non
     if state_checksum(state) != entry["checksum"]:
         raise PretrainedCacheError(f"the weights in '{path}' do not match their checksum (altered or damaged)")
     return entry
+
+
+def training_conditions(recipe: ExperimentConfig) -> dict[str, Any]:
+    """What besides the recipe decides the weights, as an entry records it: the intra-op thread count and the
+    versions of torch and pytorch-metric-learning."""
+    import pytorch_metric_learning
+
+    return {"threads": recipe.train.threads, "versions": {"torch": str(torch.__version__),
+                                                           "pytorch_metric_learning": str(pytorch_metric_learning.__version__)}}
 
 
 def _what_to_run(name: str) -> str:
@@ -184,12 +252,11 @@ def resolve_pretrained(model: ModelConfig, in_channels: int) -> ModelConfig:
     input channels differ from the recipe's, and a missing or unusable cache entry.
     """
     name = model.pretrained
-    if isinstance(name, bool) or not isinstance(name, str):
-        return model
-    if name not in RECIPES:
-        if Path(name).expanduser().is_file() or "/" in name or Path(name).suffix:
-            return model  # the path of a weights file: the backbone factory loads (and checks) it
-        _check_name(name)
+    if not isinstance(name, str):
+        return model  # true / false: the backbone factory's published weights or none
+    if not is_pretrained_name(name) and (Path(name).expanduser().is_file() or "/" in name or Path(name).suffix):
+        return model  # the path of a weights file: the backbone factory loads (and checks) it
+    name = canonical_pretrained_name(name)  # an unknown name or a malformed seed raises here
     recipe = pretrained_recipe(name)
     if recipe.model.backbone != model.backbone:
         raise ValueError(

@@ -45,6 +45,7 @@ class TrainConfig:
     accelerator: str = "auto"
     devices: int = 1
     precision: str = "32-true"
+    threads: int | None = None  # intra-op CPU threads of the run (engine/threads.py); null: the shell's
 
     def __post_init__(self) -> None:
         check_train_values(self)
@@ -66,6 +67,9 @@ def check_train_values(t: TrainConfig) -> None:
         value, low = getattr(t, key), (1 if key in _POSITIVE_INTS else 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < low or value > 2**40:
             raise bad(key, value, f"an integer between {low} and 2**40")
+    if t.threads is not None and (isinstance(t.threads, bool) or not isinstance(t.threads, int) or not 1 <= t.threads <= 4096):
+        raise bad("threads", t.threads, "an integer between 1 and 4096 (the run's intra-op CPU threads), or null for the "
+                                        "shell's (OMP_NUM_THREADS, else one per core)")
     for key in ("lr", "head_lr", "loss_lr", "grad_clip"):
         value = getattr(t, key)
         if value is None and key != "lr":

@@ -347,10 +347,10 @@ def _model_config(cfg: UnbalancedStudyConfig, in_channels: int) -> ModelConfig:
     model_cfg = ModelConfig(embedding_dim=cfg.embedding_dim, freeze_bn=cfg.freeze_bn)
     if cfg.pretrained is None:
         return model_cfg
-    from dmlkit.assemble.pretrained import RECIPES, resolve_pretrained
+    from dmlkit.assemble.pretrained import is_pretrained_name, resolve_pretrained
     from dmlkit.pretrain import ensure_pretrained
 
-    if cfg.pretrained in RECIPES:
+    if is_pretrained_name(cfg.pretrained):
         ensure_pretrained(cfg.pretrained, quiet=True)
     return resolve_pretrained(dataclasses.replace(model_cfg, pretrained=cfg.pretrained), in_channels)
 
