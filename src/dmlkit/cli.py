@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     protocol.add_argument("--baseline", dest="baselines", nargs="+", default=[], metavar="NAME",
                           help="config name(s) of baselines: adds a table of per-seed paired differences, each run "
                                "against the baseline whose name is the longest prefix of its own")
+    protocol.add_argument("--backbones", nargs="+", default=[], metavar="NAME",
+                          help="pretrained backbones (e.g. glyphs-resnet20 glyphs-resnet20@seed1 glyphs-resnet20@seed2): "
+                               "every config x seed runs on each; the paired table is pooled over them")
 
     sweep = sub.add_parser(
         "sweep", help="train configs over a grid of overrides and seeds; write a table and a line / heat-map figure"
@@ -338,7 +341,7 @@ def _cmd_protocol(args: argparse.Namespace) -> int:
 
     table = run_protocol(args.name, args.configs, args.out, seeds=args.seeds, overrides=args.overrides,
                          columns=args.columns, folds=args.folds, jobs=args.jobs, reuse=args.reuse_only,
-                         baselines=args.baselines)
+                         baselines=args.baselines, backbones=args.backbones)
     print(table)
     return 0
 

@@ -63,7 +63,8 @@ def _by_seed(per_seed: Sequence[dict[str, float]]) -> dict[int, dict[str, float]
 def paired_difference(
     method: Sequence[dict[str, float]], baseline: Sequence[dict[str, float]], keys: Sequence[str]
 ) -> dict[str, Any]:
-    """``{"n": seeds paired, "seeds": [...], "diff": {key: (mean, std)}, "wins": {key: k}}`` of method - baseline.
+    """``{"n": seeds paired, "seeds": [...], "diff": {key: (mean, std)}, "wins": {key: k}, "deltas": {key: [...]}}``
+    of method - baseline (``deltas``: the per-seed differences, in seed order).
 
     Only seeds that both lists hold are paired; ``std`` is the sample std of the
     per-seed differences (0 for one seed), ``wins`` the number of seeds with a positive difference.
@@ -72,11 +73,13 @@ def paired_difference(
     seeds = sorted(set(m) & set(b))
     diff: dict[str, tuple[float, float]] = {}
     wins: dict[str, int] = {}
+    per_seed: dict[str, list[float]] = {}
     for key in keys:
         deltas = [m[s][key] - b[s][key] for s in seeds if key in m[s] and key in b[s]]
         diff[key] = mean_std(deltas)
         wins[key] = sum(d > 0 for d in deltas)
-    return {"n": len(seeds), "seeds": seeds, "diff": diff, "wins": wins}
+        per_seed[key] = deltas
+    return {"n": len(seeds), "seeds": seeds, "diff": diff, "wins": wins, "deltas": per_seed}
 
 
 def _diff_cell(stat: tuple[float, float], wins: int, n: int) -> str:

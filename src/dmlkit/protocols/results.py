@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dmlkit.config import load_config
+from dmlkit.protocols.backbones import across_backbones, backbone_label, backbones_table
 from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.fair import run_fair
 from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
@@ -20,38 +21,92 @@ TIME_COLUMN = [("steps", "steps", 0), ("best step", "best_step", 0), ("train s",
 
 
 def _collect(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Sequence[int], overrides: Sequence[str],
-             folds: int, obtain: Obtain) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
+             folds: int, obtain: Obtain, backbone: str | None = None) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
     rows: list[tuple[str, dict[str, Any]]] = []
     raw: dict[str, Any] = {}
     for path in configs:
         name = load_config(path, list(overrides)).name
+        label = name if backbone is None else backbone_label(name, backbone)
         if protocol == "fair":
             result = run_fair(path, overrides, seeds, out, obtain, folds=folds)
             for part in ("separated", "concatenated"):
-                rows.append((f"{name} ({part}, n={len(result[part])})", summarise(result[part])))
+                rows.append((f"{label} ({part}, n={len(result[part])})", summarise(result[part])))
             raw[name] = result
         else:
             per_seed = run_single_model(protocol, path, overrides, seeds, out, obtain)
-            rows.append((f"{name} (n={len(per_seed)})", summarise(per_seed)))
+            rows.append((f"{label} (n={len(per_seed)})", summarise(per_seed)))
             raw[name] = per_seed
     return rows, raw
 
 
-def _paired(raw: dict[str, Any], pairs: dict[str, str], protocol: str, columns: str) -> tuple[str, dict[str, Any]]:
-    """The paired-difference table (markdown) and its JSON form for ``{run: baseline}``."""
-    keys = [key for _, key in check_columns(columns)]
-    rows, out = [], {}
+def _collect_backbones(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Sequence[int],
+                       overrides: Sequence[str], folds: int, backbones: Sequence[str],
+                       obtain: Obtain) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
+    """``_collect`` once per pretrained backbone (``model.pretrained``), its runs under ``out/<backbone>/``."""
+    rows: list[tuple[str, dict[str, Any]]] = []
+    raw: dict[str, Any] = {}
+    for backbone in backbones:
+        with_backbone = [*overrides, f"model.pretrained={backbone}"]
+        part_rows, raw[backbone] = _collect(protocol, configs, out / backbone, seeds, with_backbone, folds, obtain, backbone)
+        rows += part_rows
+    return rows, raw
+
+
+def _paired_rows(raw: dict[str, Any], pairs: dict[str, str], protocol: str, keys: Sequence[str],
+                 backbone: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(run, baseline, paired_difference)`` of every pair (and fair part) on one backbone's runs."""
+    rows = []
     parts = ("separated", "concatenated") if protocol == "fair" else (None,)
+    label = (lambda n: n) if backbone is None else (lambda n: backbone_label(n, backbone))
     for run, base in pairs.items():
         for part in parts:
             method, reference = (raw[run], raw[base]) if part is None else (raw[run][part], raw[base][part])
-            result = paired_difference(method, reference, keys)
             suffix = "" if part is None else f" ({part})"
-            rows.append((run + suffix, base + suffix, result))
-            out[run + suffix] = {"baseline": base + suffix, **result}
+            rows.append((label(run) + suffix, label(base) + suffix, paired_difference(method, reference, keys)))
+    return rows
+
+
+def _paired(raw: dict[str, Any], pairs: dict[str, str], protocol: str, columns: str,
+            backbones: Sequence[str] = ()) -> tuple[str, dict[str, Any]]:
+    """The paired-difference table(s) (markdown) and their JSON form for ``{run: baseline}``; with ``backbones``,
+    one row per pair and backbone, then the pairs pooled over the backbones (``protocols.backbones``)."""
+    keys = [key for _, key in check_columns(columns)]
+    if backbones:
+        rows = [row for b in backbones for row in _paired_rows(raw[b], pairs, protocol, keys, b)]
+    else:
+        rows = _paired_rows(raw, pairs, protocol, keys)
+    out: dict[str, Any] = {run: {"baseline": base, **result} for run, base, result in rows}
     title = ("\nPaired difference against the baseline over the seeds both finished, in points: mean ± std of "
              "(run - baseline) per seed, (seeds where the run is ahead / seeds paired)\n\n")
-    return title + paired_table(rows, columns), out
+    text = title + paired_table(rows, columns)
+    if backbones:
+        pooled = [(run, base, across_backbones({b: paired_difference(raw[b][run], raw[b][base], keys) for b in backbones},
+                                               keys)) for run, base in pairs.items()]
+        out["across_backbones"] = {run: {"baseline": base, **p} for run, base, p in pooled}
+        text += (f"\n\nPooled over the backbones {', '.join(backbones)}: mean of every (backbone, seed) difference "
+                 "(seeds: spread across seeds within a backbone; backbones: spread of the per-backbone means; seeds "
+                 "ahead / paired on each backbone) and the verdict (ahead or behind: on at least 4 of 5 seeds on every "
+                 "backbone)\n\n" + backbones_table(pooled, columns))
+    return text, out
+
+
+def check_backbones(protocol: str, backbones: Sequence[str]) -> None:
+    """Refuse backbone lists that cannot be tabulated: repeated names, names that are no pretraining recipe."""
+    from dmlkit.assemble.pretrained import canonical_pretrained_name, is_pretrained_name, list_pretrained
+
+    if not backbones:
+        return
+    if protocol == "fair":
+        raise ValueError("--backbones pools single-model protocols (conventional, holdout); run the fair protocol "
+                         "once per backbone with --set model.pretrained=NAME")
+    for name in backbones:
+        if not is_pretrained_name(name):
+            raise ValueError(f"--backbones takes pretrained-backbone names ({', '.join(list_pretrained())}, each also as "
+                             f"<name>@seed<N>); got '{name}'")
+    canonical = [canonical_pretrained_name(b) for b in backbones]  # a malformed seed raises here
+    if len(set(canonical)) < len(canonical):
+        raise ValueError(f"--backbones names one backbone twice ({', '.join(backbones)}; <name> and <name>@seed<its own "
+                         "seed> are the same backbone)")
 
 
 def run_protocol(
@@ -66,6 +121,7 @@ def run_protocol(
     jobs: int = 1,
     reuse: bool = False,
     baselines: Sequence[str] = (),
+    backbones: Sequence[str] = (),
 ) -> str:
     """Run ``protocol`` for each config over ``seeds``; write and return the markdown table.
 
@@ -75,20 +131,28 @@ def run_protocol(
     nothing and reports the finished runs only (``n=`` in each row says how many seeds).
     ``baselines`` (config names) adds a table of paired differences: each run against the
     baseline its name extends (the longest prefix), seed by seed (:mod:`dmlkit.protocols.paired`).
+    ``backbones`` (pretrained names, e.g. ``glyphs-resnet20@seed1``) runs every config x seed on each, under
+    ``out_dir/<backbone>/``, and pools the paired differences over them (:mod:`dmlkit.protocols.backbones`).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; valid: {', '.join(PROTOCOLS)}")
     check_batch_arguments("run_protocol", configs, seeds, columns)
     pairs = assign_baselines([load_config(p, list(overrides)).name for p in configs], baselines) if baselines else {}
+    check_backbones(protocol, backbones)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    collect = partial(_collect, protocol, configs, out, seeds, overrides, folds)
+    if backbones:
+        collect = partial(_collect_backbones, protocol, configs, out, seeds, overrides, folds, backbones)
+    else:
+        collect = partial(_collect, protocol, configs, out, seeds, overrides, folds)
     (rows, raw), errors = gather_runs(collect, jobs=jobs, reuse=reuse, quiet=quiet)
     title = f"{protocol} protocol, seeds {', '.join(map(str, seeds))} (mean ± std over the n seeds done, metrics in %)\n\n"
     table = title + markdown_table(rows, columns, extra=TIME_COLUMN)
     record: dict[str, Any] = {"protocol": protocol, "seeds": list(seeds), "runs": raw}
+    if backbones:
+        record["backbones"] = list(backbones)
     if pairs:
-        paired_md, record["paired"] = _paired(raw, pairs, protocol, columns)
+        paired_md, record["paired"] = _paired(raw, pairs, protocol, columns, backbones)
         table += paired_md
     (out / "results.md").write_text(table)
     (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
