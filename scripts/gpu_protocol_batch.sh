@@ -7,7 +7,8 @@
 #   TRAIN_SECONDS=400 JOBS=12 OUT_DIR=$OUT bash scripts/gpu_protocol_batch.sh CONFIG...
 # Runs train in JOBS parallel processes until TRAIN_SECONDS, then the finished runs are tabulated
 # (n seeds per row) into $OUT_DIR/results.md and results.json. BASELINE="name ..." adds the table of paired
-# differences (`--baseline`). A config naming a pretrained backbone builds it first, inside the time budget
+# differences (`--baseline`); BACKBONES="name ..." runs every config x seed on each pretrained backbone and pools
+# the paired table over them (`--backbones`). A config naming a pretrained backbone builds it first, inside the time budget
 # (carry `.cache/dmlkit/pretrained` to reuse one; the cache key includes the torch version, so a machine
 # with another torch builds its own and its tables pair runs on that backbone).
 set -u
@@ -17,6 +18,7 @@ export PYTHONPATH=$PWD/src:/tmp/site DMLKIT_CACHE=$PWD/.cache/dmlkit OMP_NUM_THR
 SEEDS=${SEEDS:-"0 1 2"}
 BASE=()
 [ -n "${BASELINE:-}" ] && BASE=(--baseline $BASELINE)
+[ -n "${BACKBONES:-}" ] && BASE+=(--backbones $BACKBONES)
 timeout -k 5 "${TRAIN_SECONDS:-400}" setsid python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --jobs "${JOBS:-12}" \
   --out /tmp/runs --columns all "${BASE[@]}" > "${OUT_DIR:-.}/train.log" 2>&1
 pkill -f "multiprocessing.spawn"; sleep 1

@@ -130,12 +130,28 @@ def _other_default(path: Path) -> None:
     torch.save(entry, path)
 
 
+def _other_threads(path: Path) -> None:
+    entry = torch.load(path, weights_only=True)
+    assert entry["threads"] == 1
+    entry["threads"] = 2  # trained from a shell whose thread count the recipe did not pin
+    torch.save(entry, path)
+
+
+def _other_torch(path: Path) -> None:
+    entry = torch.load(path, weights_only=True)
+    entry["versions"]["torch"] = "2.0.0"
+    torch.save(entry, path)
+
+
 @pytest.mark.parametrize(
-    "damage", [_truncate, _alter_one_weight, _other_key, _other_default], ids=["truncated", "altered", "other-key", "other-default"]
+    "damage", [_truncate, _alter_one_weight, _other_key, _other_default, _other_threads, _other_torch],
+    ids=["truncated", "altered", "other-key", "other-default", "other-threads", "other-torch"],
 )
 def test_an_unusable_entry_is_refused_with_what_to_run_then_rebuilt(cache, monkeypatch, damage):
     damage(cache)
-    with pytest.raises(P.PretrainedCacheError):
+    expected = "under other conditions.*threads: 2 .recipe: 1." if damage is _other_threads else (
+        "under other conditions.*versions" if damage is _other_torch else "")
+    with pytest.raises(P.PretrainedCacheError, match=expected):
         P.read_pretrained(TINY)
     cfg = dml_config()
     with pytest.raises(ValueError, match=f"unusable.*dmlkit pretrain {TINY}"):
