@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from torch import Tensor
 
 from dmlkit.data.datasets.base import DMLDataset, _as_index_list
 from dmlkit.data.seeding import check_seed, make_generator
+from dmlkit.data.transforms.eval_preprocess import ImagePreprocess
 
 __all__ = ["ArrayImageDataset", "ImageArrays"]
 
@@ -88,6 +89,11 @@ class ArrayImageDataset(DMLDataset):
         self.in_channels = int(self.images.shape[-1])
         self._mean = torch.tensor(self.MEAN, dtype=torch.float32).view(1, -1, 1, 1)
         self._std = torch.tensor(self.STD, dtype=torch.float32).view(1, -1, 1, 1)
+
+    @classmethod
+    def eval_preprocess(cls, image_size: int = 32, **params: Any) -> ImagePreprocess:
+        """The stored pixels, resized by torch's antialiased bilinear interpolation, with the class's statistics."""
+        return ImagePreprocess(len(cls.MEAN), image_size, cls.MEAN, cls.STD, interpolate=True)
 
     def _load(self, split: str, root: str | Path | None, download: bool) -> ImageArrays:  # pragma: no cover
         raise NotImplementedError

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
+
+if TYPE_CHECKING:
+    from dmlkit.data.transforms.eval_preprocess import ImagePreprocess
 
 
 class DMLDataset(Dataset):
@@ -103,6 +106,16 @@ class DMLDataset(Dataset):
         other = copy.copy(self)
         other.augment = bool(augment)
         return other
+
+    @classmethod
+    def eval_preprocess(cls, image_size: int, **params: Any) -> "ImagePreprocess":
+        """The eval transform of this dataset's images as an ``ImagePreprocess`` (``data.image_size`` and
+        ``data.params``): what lets a run trained on it embed, search, serve and export image files."""
+        raise ValueError(
+            f"dataset class {cls.__name__} does not state its eval transform, so its runs cannot embed image files; "
+            "implement the classmethod eval_preprocess(image_size, **params) -> ImagePreprocess "
+            "(dmlkit.data.transforms.eval_preprocess)"
+        )
 
     @classmethod
     def prepare(cls, root: str | Path | None = None, **kwargs: Any) -> Path | None:

@@ -62,7 +62,7 @@ import time
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -82,6 +82,7 @@ from dmlkit.data.datasets.glyph_render import (
     render_font_table,
 )
 from dmlkit.data.seeding import check_seed
+from dmlkit.data.transforms.eval_preprocess import ImagePreprocess
 from dmlkit.data.transforms.glyph_augment import GlyphAugment, GlyphAugmentConfig
 
 GLYPHS_VERSION = "2"
@@ -415,6 +416,12 @@ class StoredGlyphImages(DMLDataset):
     """
 
     ITEM_NAME = "images"
+
+    @classmethod
+    def eval_preprocess(cls, image_size: int = 32, normalize: bool = True, **params: Any) -> ImagePreprocess:
+        """Grey ``image_size`` squares, normalised with the glyph statistics (raw [0, 1] without ``normalize``)."""
+        mean, std = ((cls.mean,), (cls.std,)) if normalize else ((0.0,), (1.0,))
+        return ImagePreprocess(cls.in_channels, image_size, mean, std)
 
     def _raw(self, idx: Tensor) -> Tensor:
         return self.images[idx].float().div_(255.0).unsqueeze(1)  # (B, 1, H, W)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from dmlkit.data.datasets.base import DMLDataset, no_categories
+from dmlkit.data.transforms.eval_preprocess import ImagePreprocess
 from dmlkit.data.seeding import make_generator
 from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices
 
@@ -93,6 +95,12 @@ class ImageFolderDataset(DMLDataset):
         mean, std = (IMAGENET_MEAN, IMAGENET_STD) if channels == 3 else ((0.5,), (0.5,))
         self._mean = torch.tensor(mean).view(-1, 1, 1)
         self._std = torch.tensor(std).view(-1, 1, 1)
+
+    @classmethod
+    def eval_preprocess(cls, image_size: int = 32, channels: int = 3, **params: Any) -> ImagePreprocess:
+        """Bilinear resize to ``image_size x image_size``; ImageNet statistics (RGB) or 0.5 / 0.5 (grey)."""
+        mean, std = (IMAGENET_MEAN, IMAGENET_STD) if channels == 3 else ((0.5,), (0.5,))
+        return ImagePreprocess(channels, image_size, mean, std)
 
     def _load(self, index: int) -> Image.Image:
         path = self.paths[index]

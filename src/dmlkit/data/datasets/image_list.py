@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 from PIL import Image, UnidentifiedImageError
@@ -38,7 +38,8 @@ from torch import Tensor
 
 from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.cache import dataset_dir
-from dmlkit.data.transforms.image_crops import EvalTransform, PaperTransformConfig, TrainTransform
+from dmlkit.data.transforms.eval_preprocess import ImagePreprocess, draft_jpeg
+from dmlkit.data.transforms.image_crops import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, PaperTransformConfig, TrainTransform
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices
 
@@ -192,17 +193,21 @@ class ImageListDataset(DMLDataset):
         raise NotImplementedError
 
     # ------------------------------------------------------------ items
+    @classmethod
+    def eval_preprocess(cls, image_size: int = 227, resize: int | None = None, draft: bool = True,
+                        **params: Any) -> ImagePreprocess:
+        """The papers' eval transform: shorter side to ``resize``, centred ``image_size`` crop, ImageNet statistics."""
+        shorter = default_resize(image_size) if resize is None else resize
+        return ImagePreprocess(3, image_size, IMAGENET_MEAN, IMAGENET_STD, resize=shorter, draft=bool(draft))
+
     def load_image(self, index: int) -> Image.Image:
         """The RGB image ``index``; a large JPEG is decoded at a reduced scale (``draft``) that keeps
         its shorter side at least ``resize``, the size the transforms resize it to anyway."""
         path = self.paths[index]
         try:
             with Image.open(path) as img:
-                if self.draft and img.format == "JPEG":
-                    w, h = img.size
-                    factor = self._resize / min(w, h)
-                    if factor < 0.5:  # JPEG decoding can downscale by 1/2, 1/4, 1/8 only
-                        img.draft("RGB", (math.ceil(w * factor), math.ceil(h * factor)))
+                if self.draft:
+                    draft_jpeg(img, self._resize)
                 return img.convert("RGB")
         except FileNotFoundError:
             self._require_image(path)
