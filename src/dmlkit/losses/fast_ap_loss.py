@@ -61,6 +61,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from dmlkit.half_precision import in_float32
 from pytorch_metric_learning.distances import LpDistance
 from pytorch_metric_learning.losses import BaseMetricLossFunction
 from pytorch_metric_learning.utils import common_functions as c_f
@@ -161,13 +163,14 @@ def fast_ap_per_query(
 
     ``embeddings`` are used as given (normalise them first for PML's definition);
     ``pos_mask`` / ``neg_mask`` are boolean ``(M, M)`` (see :func:`fast_ap_masks`).
-    The gradient is the closed form of Sec. C of the supplement.
+    The gradient is the closed form of Sec. C of the supplement. Under autocast it runs in float32 (the
+    soft histogram's counts and their scatter sums need float32's range; half inputs come back as such).
     """
     if int(num_bins) < 2:
         raise ValueError(f"num_bins must be an integer >= 2, got {num_bins!r}")
     if embeddings.dim() != 2:
         raise ValueError(f"embeddings must be (M, d), got shape {tuple(embeddings.shape)}")
-    return _FastAPFunction.apply(embeddings, pos_mask.bool(), neg_mask.bool(), int(num_bins))
+    return in_float32(_FastAPFunction.apply, embeddings, pos_mask.bool(), neg_mask.bool(), int(num_bins))
 
 
 class FastAPLoss(BaseMetricLossFunction):

@@ -28,6 +28,8 @@ import math
 from typing import Any
 
 import torch
+
+from dmlkit.half_precision import in_float32
 from torch import nn
 from torch.autograd.function import once_differentiable
 
@@ -119,13 +121,14 @@ def _pool_with_transport(
     features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int,
     normalization: str = "unit_ball",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(pooled, rho, plan)`` by ``_GSPPool``, or under ``torch.jit.trace`` (export) by the composed functions."""
+    """``(pooled, rho, plan)`` by ``_GSPPool`` (in float32 under autocast: ``dmlkit.half_precision``), or under
+    ``torch.jit.trace`` (export) by the composed functions."""
     check_inputs(features, prototypes)
     check_normalization(normalization)
     if torch.jit.is_tracing():
         rho, plan = gsp_transport(gsp_costs(features, prototypes, normalization), mu, eps, iters)
         return _pool(features, rho, mu), rho, plan
-    return _GSPPool.apply(features, prototypes, float(mu), float(eps), int(iters), normalization)
+    return in_float32(_GSPPool.apply, features, prototypes, float(mu), float(eps), int(iters), normalization)
 
 
 def generalized_sum_pool(
