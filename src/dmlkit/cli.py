@@ -263,7 +263,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from dmlkit.pretrain import ensure_pretrained_for
 
         ensure_pretrained_for(cfg, quiet=args.quiet)  # a named pretrained backbone is built on first use
-        trainer = build_trainer(cfg, args.run_dir, quiet=args.quiet)
+        from dmlkit.engine.run_folder import saved_config_folder
+
+        run_dir = args.run_dir or saved_config_folder(args.config)  # a run's own config.yaml: that run's folder
+        trainer = build_trainer(cfg, run_dir, quiet=args.quiet)
     from dmlkit.engine.signals import TrainingInterrupted
 
     try:

@@ -40,6 +40,9 @@ __all__ = ["LoadedRun", "embed_run", "evaluate_run", "load_finished_run", "resol
 def resolve_checkpoint(run_or_checkpoint: str | Path) -> tuple[RunFolder, Path]:
     """Accept a run folder (uses its best.pt, else last.pt) or a checkpoint file inside a run folder."""
     path = Path(run_or_checkpoint)
+    if not path.exists():
+        raise ValueError(f"no such run folder or checkpoint: '{path}'; pass a folder written by dmlkit train "
+                         "(e.g. runs/quickstart)")
     if path.is_dir():
         folder = RunFolder(path)
         checkpoint = folder.best_checkpoint if folder.best_checkpoint.is_file() else folder.last_checkpoint

@@ -27,6 +27,16 @@ MIN_FREE_BYTES = 200 * 2**20
 BEFORE_FIRST_CHECKPOINT = frozenset({"config.yaml", "metrics.jsonl", "environment.json", ".lock"})
 
 
+def saved_config_folder(config_path: str | Path) -> Path | None:
+    """The run folder ``config_path`` was saved in (a ``config.yaml`` beside the run's ``environment.json`` or
+    ``metrics.jsonl``), else None: re-running a saved config addresses its own run, not ``output_dir/name``."""
+    path = Path(config_path)
+    folder = RunFolder(path.parent)
+    if path.name == folder.config.name and (folder.environment.is_file() or folder.metrics.is_file()):
+        return folder.path
+    return None
+
+
 class RunFolder:
     """Paths of one run and the checks made before training starts."""
 

@@ -1,0 +1,56 @@
+"""What a newcomer runs first (issue 33): re-running a saved config, scoring the validation split again,
+naming a run folder that is not there."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dmlkit.cli import main
+from tests_helpers import TINY_OVERRIDES
+
+QUICK = [*TINY_OVERRIDES, "plots=false", "eval.clustering=false"]
+
+
+def _set(overrides):
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+@pytest.fixture(scope="module")
+def seed1_run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("newcomer")
+    run = base / "qs-seed1"
+    assert main(["train", "configs/quickstart.yaml", "--run-dir", str(run), "--quiet", *_set([*QUICK, "seed=1",
+                 f"output_dir={base / 'runs'}"])]) == 0
+    return run
+
+
+def test_a_saved_config_re_runs_into_its_own_folder_not_output_dir_name(seed1_run, capsys):
+    capsys.readouterr()
+    assert main(["train", str(seed1_run / "config.yaml"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"run folder '{seed1_run}' already holds a run that finished" in err and "--run-dir" in err
+    assert not (seed1_run.parent / "runs").exists(), "nothing may be written under the saved output_dir/name"
+
+
+def test_a_saved_config_trains_again_where_run_dir_says(seed1_run, tmp_path, capsys):
+    again = tmp_path / "again"
+    assert main(["train", str(seed1_run / "config.yaml"), "--run-dir", str(again), "--quiet"]) == 0
+    first, second = (json.loads((r / "summary.json").read_text()) for r in (seed1_run, again))
+    assert second["test"] == first["test"], "the saved config reproduces its run"
+
+
+def test_the_validation_split_is_scored_again_as_early_stopping_saw_it(seed1_run, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", str(seed1_run), "--split", "val"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    summary = json.loads((seed1_run / "summary.json").read_text())
+    best = summary["best_val"]
+    assert metrics[best["metric"]] == pytest.approx(best["value"], abs=1e-6)
+
+
+def test_a_missing_run_folder_is_named_as_missing(tmp_path, capsys):
+    for command in (["gallery", str(tmp_path / "nonexistent")], ["evaluate", str(tmp_path / "nonexistent")]):
+        assert main(command) == 2
+        assert f"no such run folder or checkpoint: '{tmp_path / 'nonexistent'}'" in capsys.readouterr().err
