@@ -69,3 +69,15 @@ def test_tiny_run_trains_in_bf16(tmp_path, precision):
     assert len(losses) == 2 and all(math.isfinite(v) and v > 0 for v in losses)
     assert 0.0 <= summary["test"]["precision_at_1"] <= 1.0
     assert all(p.dtype == torch.float32 for p in trainer.objective.parameters())
+
+
+@pytest.mark.parametrize("precision, message", [
+    ("16-mixed", "needs a CUDA GPU; on the CPU Lightning would silently train in bf16"),
+    ("16-true", "needs a CUDA GPU"),
+    ("half", "unknown train.precision 'half'; valid values are: 32-true"),
+])
+def test_a_precision_the_cpu_cannot_run_is_refused_before_the_run_folder(tmp_path, precision, message):
+    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + [f"train.precision={precision}", "train.accelerator=cpu"])
+    with pytest.raises(ValueError, match=message):
+        build_trainer(cfg, tmp_path / "run", quiet=True)
+    assert not (tmp_path / "run").exists()

@@ -46,3 +46,38 @@ def fabric_options(t: TrainConfig, env: Mapping[str, str] | None = None) -> dict
     elif isinstance(t.devices, int) and t.devices > 1:
         options["strategy"] = "ddp"
     return options
+
+
+#: ``train.precision`` values and what each needs of the device.
+PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
+
+
+def _resolved_accelerator(accelerator: str) -> str:
+    import torch
+
+    if accelerator == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if accelerator == "gpu" else accelerator
+
+
+def check_precision(t: TrainConfig) -> None:
+    """Refuse a ``train.precision`` the device cannot run, with what to set, before any run folder is made.
+
+    fp16 on the CPU: Lightning would silently train in bf16 instead (a run that is not what its config says);
+    bf16 on a GPU without bf16 arithmetic (before Ampere) would emulate it slowly or fail.
+    """
+    import torch
+
+    if t.precision not in PRECISIONS:
+        raise ValueError(f"unknown train.precision {t.precision!r}; valid values are: {', '.join(PRECISIONS)}")
+    device = _resolved_accelerator(t.accelerator)
+    if device == "cpu" and t.precision.startswith("16-"):
+        raise ValueError(
+            f"train.precision {t.precision} needs a CUDA GPU; on the CPU Lightning would silently train in bf16 instead. "
+            "Set train.precision: bf16-mixed (or 32-true) for the CPU"
+        )
+    if device == "cuda" and t.precision.startswith("bf16") and not torch.cuda.is_bf16_supported():
+        raise ValueError(
+            f"train.precision {t.precision}: this GPU ({torch.cuda.get_device_name()}) has no bf16 arithmetic; "
+            "set train.precision: 16-mixed (or 32-true)"
+        )

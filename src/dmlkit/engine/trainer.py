@@ -28,7 +28,7 @@ from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, non_fini
 from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.environment import check_resume, current_environment, read_environment
-from dmlkit.engine.launch import fabric_options
+from dmlkit.engine.launch import check_precision, fabric_options
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.optim import build_optimizer, build_scheduler
 from dmlkit.engine.parts import RunParts
@@ -89,6 +89,7 @@ class Trainer:
         callbacks: list[Callback] = (), quiet: bool = False, resuming: bool = False,
     ) -> None:
         check_val_metric(train, evaluation, metric_names(evaluation.ks))  # before the run folder is made
+        check_precision(train)
         self.train_cfg, self.eval_cfg, self.parts = train, evaluation, parts
         self.folder = RunFolder(run_dir)
         self.callbacks = [*parts.callbacks, *callbacks]
