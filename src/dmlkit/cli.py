@@ -109,8 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     data_sub = data.add_subparsers(dest="data_command", required=True)
     data_sub.add_parser("list", help="list the registered datasets")
     prepare = data_sub.add_parser("prepare", help="download / render and cache a dataset")
-    prepare.add_argument("name")
-    prepare.add_argument("--root", default=None)
+    prepare.add_argument("name", help="a dataset of `dmlkit data list`")
+    prepare.add_argument("--root", default=None, help="the folder holding (or to receive) its files; default: the dataset's cache folder")
     draws = data_sub.add_parser(
         "draws", help="how often the config's batch sampler draws each category's images, against its share of them"
     )
@@ -166,7 +166,7 @@ def _add_search_parsers(sub: Any) -> None:
     index = sub.add_parser("index", help="build a faiss search index")
     index_sub = index.add_subparsers(dest="index_command", required=True)
     build = index_sub.add_parser("build", help="index an embeddings .npy written by dmlkit embed")
-    build.add_argument("embeddings")
+    build.add_argument("embeddings", help="an embeddings.npy written by dmlkit embed (its .meta.json beside it)")
     build.add_argument("--out", required=True, help="index folder to write")
     mode = build.add_mutually_exclusive_group()
     mode.add_argument("--exact", action="store_true", help="brute force (default)")
@@ -178,7 +178,7 @@ def _add_search_parsers(sub: Any) -> None:
     build.add_argument("--recall-sample", type=int, default=1000, help="queries of that measurement")
 
     search = sub.add_parser("search", help="query an index folder with an image or an embedding")
-    search.add_argument("index_dir")
+    search.add_argument("index_dir", help="an index folder written by dmlkit index build")
     query = search.add_mutually_exclusive_group(required=True)
     query.add_argument("--image", help="an image file, embedded with the index's run (or --run)")
     query.add_argument("--embedding", help="a .npy query embedding of shape (d,)")
@@ -192,7 +192,7 @@ def _add_search_parsers(sub: Any) -> None:
     export.add_argument("--out", required=True, help="file to write (e.g. model.pt or model.onnx)")
 
     serve = sub.add_parser("serve", help="local web page + JSON API to search an index")
-    serve.add_argument("index_dir")
+    serve.add_argument("index_dir", help="an index folder written by dmlkit index build")
     serve.add_argument("--run", default=None, help="run folder that embeds uploads (default: the index's run)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=int, default=8000)
