@@ -228,3 +228,9 @@ def test_report_renders_in_a_browser(browser_page, two_seeds, tmp_path):
     assert page.locator("h2", has_text="Nearest neighbours").is_visible()
     assert page.locator("figcaption", has_text="drawn for this report").count() == 1
     browser_page.assert_no_console_errors()
+
+
+def test_config_values_are_shown_as_yaml_spells_them():
+    from dmlkit.report.html import _fmt
+
+    assert [_fmt(v) for v in (None, True, False, 0.000123456, 3, "gap")] == ["null", "true", "false", "0.0001235", "3", "gap"]

@@ -96,6 +96,11 @@ def _table(header: Sequence[str | tuple[str, str]], rows: Sequence[Sequence[str]
 
 
 def _fmt(value: Any) -> str:
+    """A config or summary value as its YAML spelling (``null``, ``true``), floats to 4 significant digits."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
