@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     train.add_argument("--run-dir", help="where to write the run (default: OUTPUT_DIR/NAME from the config)")
     train.add_argument("--quiet", action="store_true", help="no progress output")
+    train.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                       help="a module or .py file registering your own components (added to the config's imports; "
+                            "repeatable)")
 
     pretrain = sub.add_parser("pretrain", help="build (once) the pretrained backbone a config names in model.pretrained")
     pretrain.add_argument("target", help="a config whose model.pretrained names a backbone, or that name (glyphs-resnet20, "
@@ -253,13 +256,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dmlkit.config import load_config
 
     if args.resume:
-        if args.config or args.overrides:
-            raise ValueError("--resume continues a run with its own saved config; drop CONFIG and --set")
+        if args.config or args.overrides or args.imports:
+            raise ValueError("--resume continues a run with its own saved config; drop CONFIG, --set and --import")
         trainer = resume_trainer(args.resume, quiet=args.quiet)
     else:
         if not args.config:
             raise ValueError("dmlkit train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
-        cfg = load_config(args.config, args.overrides)
+        imports = [f"imports={json.dumps([*load_config(args.config, args.overrides).imports, *args.imports])}"] if args.imports else []
+        cfg = load_config(args.config, [*args.overrides, *imports])
         from dmlkit.pretrain import ensure_pretrained_for
 
         ensure_pretrained_for(cfg, quiet=args.quiet)  # a named pretrained backbone is built on first use

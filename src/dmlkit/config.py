@@ -34,6 +34,7 @@ class ExperimentConfig:
     name: str = "experiment"
     seed: int = 0
     output_dir: str = "runs"
+    imports: list[str] = field(default_factory=list)  # your modules that register components (dmlkit/plugins.py)
     plots: bool = True
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -194,8 +195,13 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> ExperimentConfig:
     """Read an experiment YAML (or the defaults when ``path`` is None) and apply ``overrides``."""
-    values = read_config_file(path) if path is not None else {}
-    return from_dict(ExperimentConfig, apply_overrides(values, list(overrides)))
+    from dmlkit.plugins import import_plugins, normalize_imports
+
+    values = apply_overrides(read_config_file(path) if path is not None else {}, list(overrides))
+    if "imports" in values:  # before any name is resolved: the registries then know the user's components
+        values["imports"] = normalize_imports(values["imports"], Path(path).parent if path is not None else None)
+        import_plugins(values["imports"])
+    return from_dict(ExperimentConfig, values)
 
 
 #: Config sections of training methods and when a config leaves the method off (``methods.*.from_config``).

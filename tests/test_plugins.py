@@ -1,0 +1,95 @@
+"""Components registered from the user's own code reach the command line (issue 33 item 1): a config's
+``imports`` (or ``dmlkit train --import``) imports them first, and the saved config brings them back for
+``evaluate`` and ``gallery`` in a fresh process, from another folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dmlkit.config import load_config
+from dmlkit.plugins import normalize_imports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PLUGIN = '''
+import torch
+from pytorch_metric_learning.losses import ContrastiveLoss
+from dmlkit.data import DATASETS, DMLDataset, no_categories
+from dmlkit.losses import register_loss
+
+
+class Blobs(DMLDataset):
+    SPLITS = ("train", "test")
+
+    def __init__(self, split, root=None, seed=0, augment=False, image_size=16, classes=8, per_class=6, max_classes=None):
+        g = torch.Generator().manual_seed(0 if split == "train" else 1)
+        self.labels = torch.arange(classes).repeat_interleave(per_class)
+        self.class_names = [f"{split}-{c}" for c in range(classes)]
+        self.class_categories = no_categories(classes)
+        self.category_names = []
+        self.in_channels = 1
+        self.augment = augment
+        patterns = torch.randn(classes, 1, image_size, image_size, generator=g)
+        self.images = patterns[self.labels] + 0.3 * torch.randn(len(self.labels), 1, image_size, image_size, generator=g)
+
+    def __getitem__(self, index):
+        return self.images[index], int(self.labels[index])
+
+
+DATASETS.register("blobs", Blobs)
+
+
+@register_loss("toy_contrastive", builds=ContrastiveLoss)
+def toy_contrastive(pos_margin: float = 0.0, neg_margin: float = 0.5, **options):
+    """A contrastive loss registered by the user."""
+    return ContrastiveLoss(pos_margin=pos_margin, neg_margin=neg_margin, **options)
+'''
+
+
+def dmlkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "dmlkit", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_a_plugin_file_trains_from_the_cli_and_its_run_is_used_from_another_folder(tmp_path):
+    project = tmp_path / "project"
+    (project / "plugins").mkdir(parents=True)
+    (project / "plugins" / "toy.py").write_text(PLUGIN)
+    (project / "toy.yaml").write_text(
+        f"base: {ROOT / 'configs/quickstart.yaml'}\nname: toy\ndata: {{name: blobs, image_size: 16, val_fraction: 0, "
+        "augment: false}\nloss: {name: toy_contrastive, miner: null}\ntrain: {max_steps: 2, val_every: 2, batch_size: 8, "
+        "m_per_class: 2}\nmodel: {embedding_dim: 8}\neval: {clustering: false}\nplots: false\n")
+    refused = dmlkit("train", "toy.yaml", "--run-dir", "runs/toy", "--quiet", cwd=project)
+    assert refused.returncode == 2 and "unknown" in refused.stderr and "blobs" in refused.stderr
+    done = dmlkit("train", "toy.yaml", "--import", "plugins/toy.py", "--run-dir", "runs/toy", "--quiet", cwd=project)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = project / "runs" / "toy"
+    saved = load_config(run / "config.yaml")
+    assert saved.imports == [str(project / "plugins" / "toy.py")]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    evaluated = dmlkit("evaluate", str(run), cwd=elsewhere)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert json.loads(evaluated.stdout)["precision_at_1"] == pytest.approx(summary["test"]["precision_at_1"], abs=1e-6)
+    assert dmlkit("gallery", str(run), cwd=elsewhere).returncode == 0
+
+
+def test_bad_imports_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="no such file 'nope/toy.py'"):
+        normalize_imports(["nope/toy.py"], tmp_path)
+    with pytest.raises(ValueError, match="imports must be a list"):
+        normalize_imports("plugins.toy")
+    with pytest.raises(ValueError, match="imports: 'no_such_module_xyz' failed to import .ModuleNotFoundError"):
+        load_config("configs/quickstart.yaml", ["imports=[no_such_module_xyz]"])
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('half written')\n")
+    with pytest.raises(ValueError, match="failed to import .RuntimeError: half written"):
+        load_config("configs/quickstart.yaml", [f"imports=[{broken}]"])
