@@ -24,7 +24,7 @@ config with today's resolution of the recipe, so a changed *default* (say ``trai
 the entry stale too. A config field added since the entry was written takes its default, as it
 does when an old run folder is reused (``protocols.runs``): dmlkit adds options with defaults that
 keep what existing configs do, and keying on the full resolved text would throw away every backbone
-whenever any method gains an option (which happened three times in one afternoon). A field the
+whenever any method gains an option. A field the
 entry holds and today's config no longer knows makes it stale. A renamed, truncated, altered or
 stale file raises ``PretrainedCacheError`` and is rebuilt, never used.
 

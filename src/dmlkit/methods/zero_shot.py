@@ -62,7 +62,7 @@ class ZeroShot(Method):
     def __init__(self, cfg: "ExperimentConfig") -> None:
         weight, params = cfg.loss.zero_shot_weight, dict(cfg.loss.zero_shot_params)
         if not 0.0 < weight < 1.0:
-            raise ValueError(f"loss.zero_shot_weight must lie in [0, 1) (lam of Eq. 5.2.5), got {weight}")
+            raise ValueError(f"loss.zero_shot_weight must lie in (0, 1) (lam of Eq. 5.2.5; 0 leaves the method off), got {weight}")
         unknown = sorted(set(params) - set(self._PARAMS))
         if unknown:
             raise ValueError(f"unknown loss.zero_shot_params {unknown}; valid keys are: {', '.join(self._PARAMS)}")
