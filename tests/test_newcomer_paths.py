@@ -54,3 +54,13 @@ def test_a_missing_run_folder_is_named_as_missing(tmp_path, capsys):
     for command in (["gallery", str(tmp_path / "nonexistent")], ["evaluate", str(tmp_path / "nonexistent")]):
         assert main(command) == 2
         assert f"no such run folder or checkpoint: '{tmp_path / 'nonexistent'}'" in capsys.readouterr().err
+
+
+def test_the_printed_summary_is_in_percent_like_every_printed_table(tmp_path, capsys):
+    from dmlkit.cli import print_summary
+
+    summary = {"name": "qs", "steps": 30, "best_step": 30, "train_seconds": 1.0,
+               "test": {"precision_at_1": 0.80984, "mean_average_precision_at_r": 0.3139}}
+    print_summary(summary, tmp_path)
+    out = capsys.readouterr().out
+    assert "80.98" in out and "31.39" in out and "0.3139" not in out

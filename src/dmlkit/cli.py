@@ -284,15 +284,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
-    """The test metrics of a finished run as a table."""
+    """The test metrics of a finished run as a table, in percent as every printed table of dmlkit
+    (``summary.json`` and the JSON of ``dmlkit evaluate`` keep fractions)."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{summary['name']}: test metrics after {summary['steps']} steps (best step {summary['best_step']})")
     table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("%", justify="right")
     for key, value in summary["test"].items():
-        table.add_row(key, f"{value:.4f}")
+        table.add_row(key, f"{100 * value:.2f}")
     console = Console()
     console.print(table)
     console.print(f"run folder: {run_dir}  (train time {summary['train_seconds']:.0f} s)")
