@@ -211,3 +211,16 @@ def test_dataloader_fetches_whole_batches():
         expected, expected_labels = train.get_batch(batch)
         assert torch.equal(images, expected) and torch.equal(labels, expected_labels)
         assert images.shape == (16, 1, 32, 32)
+
+
+def test_data_list_says_each_datasets_splits_and_where_its_images_come_from(capsys):
+    from dmlkit.cli import main
+    from dmlkit.data.catalog import DATASETS, dataset_splits, list_datasets
+
+    assert main(["data", "list"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert sorted(lines) == list_datasets()
+    for name in list_datasets():
+        assert DATASETS.get(name).SOURCE, f"dataset {name} states no SOURCE"
+        assert ", ".join(dataset_splits(name)) in lines[name]
+    assert "dmlkit data prepare mnist" in lines["mnist"] and "data.root" in lines["cub"]

@@ -368,8 +368,11 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from dmlkit.data import list_datasets, prepare_dataset
 
     if args.data_command == "list":
+        from dmlkit.data.catalog import DATASETS, dataset_splits
+
         for name in list_datasets():
-            print(name)
+            source = DATASETS.get(name).SOURCE.replace("NAME", name) or "(the class states no source)"
+            print(f"{name:14s} splits: {', '.join(dataset_splits(name)):36s} {source}")
         return 0
     if args.data_command == "draws":
         return _data_draws(args)

@@ -53,6 +53,7 @@ class ArrayImageDataset(DMLDataset):
     MEAN: ClassVar[tuple[float, ...]] = (0.5,)
     STD: ClassVar[tuple[float, ...]] = (0.5,)
     FLIP: ClassVar[bool] = False
+    SOURCE = "downloaded once, MD5-checked: dmlkit data prepare NAME (or data.root holding the official files)"
 
     def __init__(
         self,

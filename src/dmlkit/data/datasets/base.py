@@ -55,6 +55,9 @@ class DMLDataset(Dataset):
     epoch: int = 0
 
     # ----------------------------------------------------------- interface
+    #: Where the images come from, for ``dmlkit data list`` (embedded, downloaded, or files the user provides).
+    SOURCE: ClassVar[str] = ""
+
     def __len__(self) -> int:
         return int(self.labels.numel())
 

@@ -416,6 +416,7 @@ class StoredGlyphImages(DMLDataset):
     """
 
     ITEM_NAME = "images"
+    SOURCE = "embedded: rendered once from the fonts inside matplotlib and cached (dmlkit data prepare glyphs)"
 
     @classmethod
     def eval_preprocess(cls, image_size: int = 32, normalize: bool = True, **params: Any) -> ImagePreprocess:

@@ -71,6 +71,7 @@ class ImageFolderDataset(DMLDataset):
     """Images from ``root/<split>/<class>/``; see the module docstring."""
 
     SPLITS = ("train", "test")
+    SOURCE = "your files: data.root holding train/<class>/ and test/<class>/ image folders"
 
     def __init__(
         self, split: str = "train", root: str | Path | None = None, seed: int = 0, augment: bool = False,

@@ -112,6 +112,7 @@ class ImageListDataset(DMLDataset):
     ALT_MARKERS: ClassVar[tuple[str, ...]] = ()  # other layouts' marker files
     SUBFOLDERS: ClassVar[tuple[str, ...]] = ()
     HOW_TO_GET: ClassVar[str] = ""
+    SOURCE = "the official archive, extracted by you: data.root (it cannot be downloaded automatically)"
     in_channels = 3
 
     def __init__(
