@@ -159,3 +159,32 @@ def test_saving_an_index_removes_what_a_killed_save_left(tmp_path):
     stale.write_bytes(b"half an index")
     SearchIndex.build(clustered(20, 4, 2, 1)).save(tmp_path / "idx")
     assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == ["index.faiss", "meta.json"]
+
+
+@pytest.mark.parametrize("mode", ["ivf", "hnsw"])
+def test_unset_parameters_follow_the_data_as_the_approximate_evaluation_does(mode, tmp_path):
+    from dmlkit.evaluation.approx_index import default_nlist
+
+    x = clustered(3000, 16, 40, seed=3)
+    index = SearchIndex.build(x, IndexConfig(mode), recall_sample=400)
+    param = {"ivf": "nprobe", "hnsw": "ef_search"}[mode]
+    if mode == "ivf":
+        assert index.config.nlist == default_nlist(3000) == 55
+    tuned = index.meta["tuned"]
+    assert tuned["param"] == param and getattr(index.config, param) == tuned["value"] == tuned["curve"][-1][0]
+    lowers = [point[2] for point in tuned["curve"]]
+    assert lowers[-1] >= 0.95 or tuned["curve"][-1][1] == 1.0, "the chosen value reaches the target"
+    assert all(lower < 0.95 for lower in lowers[:-1]), "and is the cheapest of the ladder that does"
+    assert index.meta["recall"]["recall"] > 0.9
+    index.save(tmp_path / "idx")
+    assert getattr(SearchIndex.load(tmp_path / "idx").config, param) == tuned["value"]
+
+
+def test_cli_index_build_with_bare_ivf_chooses_from_the_data(tmp_path, capsys):
+    x = clustered(2000, 8, 20, seed=4)
+    np.save(tmp_path / "emb.npy", x)
+    assert main(["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "idx"), "--ivf"]) == 0
+    meta = json.loads((tmp_path / "idx" / "meta.json").read_text())
+    assert meta["config"]["nlist"] == 45 and meta["config"]["nprobe"] == meta["tuned"]["value"]
+    assert main(["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "i2"), "--ivf", "many"]) == 2
+    assert "--ivf takes a positive integer or 'auto'" in capsys.readouterr().err

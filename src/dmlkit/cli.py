@@ -173,10 +173,13 @@ def _add_search_parsers(sub: Any) -> None:
     build.add_argument("--out", required=True, help="index folder to write")
     mode = build.add_mutually_exclusive_group()
     mode.add_argument("--exact", action="store_true", help="brute force (default)")
-    mode.add_argument("--ivf", type=int, metavar="N", help="IVF with N k-means cells")
-    mode.add_argument("--hnsw", type=int, metavar="M", help="HNSW with M links per node")
-    build.add_argument("--nprobe", type=int, default=16, help="IVF cells visited per query (default: 16)")
-    build.add_argument("--ef-search", type=int, default=64, help="HNSW candidates per query (default: 64)")
+    mode.add_argument("--ivf", nargs="?", const="auto", metavar="N",
+                      help="IVF with N k-means cells (--ivf alone: chosen from the data's size, as the evaluation does)")
+    mode.add_argument("--hnsw", nargs="?", const="auto", metavar="M", help="HNSW with M links per node (--hnsw alone: 32)")
+    build.add_argument("--nprobe", type=int, default=None,
+                       help="IVF cells visited per query (default: the fewest that reach recall@1 0.95 on the data)")
+    build.add_argument("--ef-search", type=int, default=None,
+                       help="HNSW candidates per query (default: the fewest that reach recall@1 0.95 on the data)")
     build.add_argument("--recall-k", type=int, default=10, help="k of the recall@k measured for IVF / HNSW")
     build.add_argument("--recall-sample", type=int, default=1000, help="queries of that measurement")
 
@@ -212,12 +215,20 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_option(flag: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{flag} takes a positive integer or 'auto', got {value!r}") from None
+
+
 def _cmd_index(args: argparse.Namespace) -> int:
     from dmlkit.search import IndexConfig, build_index_from_embeddings
 
-    mode = "ivf" if args.ivf is not None else "hnsw" if args.hnsw is not None else "exact"  # --ivf 0 is an error, not exact
-    cfg = IndexConfig(mode, nlist=1024 if args.ivf is None else args.ivf, nprobe=args.nprobe,
-                      m=32 if args.hnsw is None else args.hnsw, ef_search=args.ef_search)
+    mode = "ivf" if args.ivf is not None else "hnsw" if args.hnsw is not None else "exact"
+    nlist = None if args.ivf in (None, "auto") else _int_option("--ivf", args.ivf)
+    m = 32 if args.hnsw in (None, "auto") else _int_option("--hnsw", args.hnsw)
+    cfg = IndexConfig(mode, nlist=nlist, nprobe=args.nprobe, m=m, ef_search=args.ef_search)
     index = build_index_from_embeddings(args.embeddings, args.out, cfg, args.recall_k, args.recall_sample)
     print(f"index {index.describe()} -> {args.out}")
     return 0

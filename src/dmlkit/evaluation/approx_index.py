@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "APPROX_METHODS", "IndexPlan", "TunePoint", "plan_index", "build_index", "load_index", "recall_at_1", "tune_search",
+    "APPROX_METHODS", "IndexPlan", "TunePoint", "default_nlist", "plan_index", "build_index", "load_index", "recall_at_1", "tune_search",
     "wilson_lower",
 ]
 
@@ -92,6 +92,12 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def default_nlist(n: int) -> int:
+    """IVF lists for ``n`` rows: ``min(n // 39, round(sqrt(n)))``, at least 1 (faiss wants 39 training rows a list);
+    the one rule of the approximate evaluation and of ``dmlkit index build``."""
+    return max(1, min(int(n) // 39, round(math.sqrt(int(n)))))
+
+
 def plan_index(n: int, method: str, params: Mapping[str, Any] | None = None) -> IndexPlan:
     """Build parameters of ``method`` for ``n`` rows (module docstring); ``params`` overrides them."""
     if method not in APPROX_METHODS:
@@ -102,7 +108,7 @@ def plan_index(n: int, method: str, params: Mapping[str, Any] | None = None) -> 
         raise ValueError(f"approx_params {unknown} do not apply to {method!r}; its parameters are {list(_PARAMS[method])}")
     values = {k: _positive_int(k, v) for k, v in params.items()}
     if method in _IVF:
-        nlist = values.get("nlist", max(1, min(n // 39, round(math.sqrt(n)))))
+        nlist = values.get("nlist", default_nlist(n))
         if nlist > n:
             raise ValueError(f"approx_params['nlist'] = {nlist} exceeds the {n} rows; choose at most sqrt(n) lists")
         train = min(n, values.get("train_size", 40 * nlist))

@@ -8,6 +8,11 @@ the square root is taken on the way out. Modes:
   ``nprobe`` cells per query;
 - ``hnsw``: ``IndexHNSWFlat`` with ``M`` links per node, ``ef_search`` candidates per query.
 
+Unless given, ``nlist`` follows the data's size and the search parameter is tuned on it, by the rules of
+the approximate evaluation (``evaluation.approx_index``): ``default_nlist(n)`` lists, and the cheapest
+``nprobe`` / ``efSearch`` of its ladder whose leave-one-out recall@1 on a sample of the rows reaches 0.95
+(Wilson lower bound at 95% confidence); the tuning curve is stored in ``meta.json`` under ``tuned``.
+
 Approximate modes are measured when built (``SearchIndex.build``): ``recall@k`` = the mean fraction
 of a query's exact ``k`` nearest neighbours that the index returns among its ``k``, over a sample of
 the indexed vectors used as queries, each query's own row left out of both lists (leave-one-out, so
@@ -19,6 +24,7 @@ what the rows are: image paths, labels, the run that embedded them).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +33,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from dmlkit.evaluation.approx_index import default_nlist, tune_search
 from dmlkit.io import atomic_write, remove_stale_temporaries, write_json_atomic
 
 __all__ = ["IndexConfig", "MODES", "SearchIndex", "recall_at_k"]
@@ -34,6 +41,8 @@ __all__ = ["IndexConfig", "MODES", "SearchIndex", "recall_at_k"]
 MODES = ("exact", "ivf", "hnsw")
 CLI_FLAGS = {"nlist": "--ivf N", "nprobe": "--nprobe", "m": "--hnsw M", "ef_search": "--ef-search"}  # of dmlkit index build
 FORMAT = "dmlkit-index/1"
+TUNED = ("nlist", "nprobe", "ef_search")  # chosen from the data when left None
+TARGET_RECALL = 0.95  # recall@1 that a tuned search parameter reaches (Wilson lower bound, 95% confidence)
 
 
 @dataclass
@@ -41,20 +50,27 @@ class IndexConfig:
     """Mode and parameters of a ``SearchIndex``."""
 
     mode: str = "exact"
-    nlist: int = 1024  # ivf: number of k-means cells
-    nprobe: int = 16  # ivf: cells visited per query
+    nlist: int | None = None  # ivf: number of k-means cells; None: default_nlist(n) of the data, as the evaluation
+    nprobe: int | None = None  # ivf: cells visited per query; None: tuned on the data (SearchIndex.build)
     m: int = 32  # hnsw: links per node
     ef_construction: int = 80  # hnsw: candidates while building
-    ef_search: int = 64  # hnsw: candidates per query
+    ef_search: int | None = None  # hnsw: candidates per query; None: tuned on the data (SearchIndex.build)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown index mode '{self.mode}'; valid modes are: {', '.join(MODES)}")
         for name in ("nlist", "nprobe", "m", "ef_construction", "ef_search"):
             value = getattr(self, name)
+            if value is None and name in TUNED:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 flag = f" ({CLI_FLAGS[name]})" if name in CLI_FLAGS else ""
                 raise ValueError(f"index {name}{flag} must be a positive integer, got {value!r}")
+
+    @property
+    def search_param(self) -> str | None:
+        """The field that trades accuracy for speed at query time: ``nprobe`` (IVF), ``ef_search`` (HNSW)."""
+        return {"ivf": "nprobe", "hnsw": "ef_search"}.get(self.mode)
 
 
 def _as_matrix(x: np.ndarray, dim: int | None, what: str) -> np.ndarray:
@@ -97,14 +113,16 @@ class SearchIndex:
         if c.mode == "exact":
             return faiss.IndexFlatL2(self.dim)
         if c.mode == "ivf":
+            if c.nlist is None:
+                raise ValueError("an IVF index needs nlist; SearchIndex.build chooses it from the data (default_nlist)")
             quantizer = faiss.IndexFlatL2(self.dim)
             index = faiss.IndexIVFFlat(quantizer, self.dim, c.nlist, faiss.METRIC_L2)
             self._quantizer = quantizer  # keep the Python object alive with the index
-            index.nprobe = min(c.nprobe, c.nlist)
+            index.nprobe = min(c.nprobe or 1, c.nlist)
             return index
         index = faiss.IndexHNSWFlat(self.dim, c.m)
         index.hnsw.efConstruction = c.ef_construction
-        index.hnsw.efSearch = c.ef_search
+        index.hnsw.efSearch = c.ef_search or 16
         return index
 
     @property
@@ -145,12 +163,35 @@ class SearchIndex:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r} (it sizes the recall measurement)")
         x = _as_matrix(embeddings, None, "embeddings")
-        index = cls(int(x.shape[1]), config or IndexConfig(), dict(meta or {}))
+        config = dataclasses.replace(config or IndexConfig())
+        if config.mode == "ivf" and config.nlist is None:
+            config.nlist = default_nlist(x.shape[0])
+        index = cls(int(x.shape[1]), config, dict(meta or {}))
         index.train(x, seed=seed)
         index.add(x)
+        param = config.search_param
+        if param is not None and getattr(config, param) is None:
+            if x.shape[0] > 1:
+                index.meta["tuned"] = index.tune_search_param(x, recall_sample, seed)
+            else:  # nothing to tune on: the cheapest setting
+                setattr(config, param, 1 if param == "nprobe" else 16)
         if index.config.mode != "exact" and x.shape[0] > 1:
             index.meta["recall"] = index.measure_recall(x, recall_k, recall_sample, seed)
         return index
+
+    def tune_search_param(self, embeddings: np.ndarray, sample: int = 1000, seed: int = 0) -> dict[str, Any]:
+        """Set ``nprobe`` / ``efSearch`` to the cheapest value whose leave-one-out recall@1 on ``sample`` of the
+        rows reaches ``TARGET_RECALL`` (``evaluation.approx_index.tune_search``, the evaluation's rule)."""
+        x = _as_matrix(embeddings, self.dim, "embeddings")
+        rows = np.sort(np.random.default_rng(seed).choice(x.shape[0], size=min(sample, x.shape[0]), replace=False))
+        exact = faiss.IndexFlatL2(self.dim)
+        exact.add(x)
+        d2, ids = exact.search(x[rows], 2)
+        nearest_other = np.where(ids[:, 0] == rows, d2[:, 1], d2[:, 0])  # a duplicate row may come first
+        value, curve = tune_search(self._index, x, x[rows], rows, nearest_other, target_recall=TARGET_RECALL)
+        setattr(self.config, self.config.search_param, int(value))
+        return {"param": self.config.search_param, "value": int(value), "target_recall_at_1": TARGET_RECALL,
+                "curve": [[p.value, p.recall, p.lower] for p in curve], "queries": int(rows.size)}
 
     def measure_recall(self, embeddings: np.ndarray, k: int = 10, sample: int = 1000, seed: int = 0) -> dict[str, Any]:
         """Leave-one-out ``recall@k`` of this index against exact search on ``sample`` of its own rows."""
