@@ -56,9 +56,10 @@ def test_a_missing_run_folder_is_named_as_missing(tmp_path, capsys):
         assert f"no such run folder or checkpoint: '{tmp_path / 'nonexistent'}'" in capsys.readouterr().err
 
 
-def test_the_printed_summary_is_in_percent_like_every_printed_table(tmp_path, capsys):
+def test_the_printed_summary_is_in_percent_like_every_printed_table(tmp_path, capsys, monkeypatch):
     from dmlkit.cli import print_summary
 
+    monkeypatch.setenv("COLUMNS", "120")  # rich wraps the table to the terminal; other tests may leave it narrow
     summary = {"name": "qs", "steps": 30, "best_step": 30, "train_seconds": 1.0,
                "test": {"precision_at_1": 0.80984, "mean_average_precision_at_r": 0.3139}}
     print_summary(summary, tmp_path)

@@ -118,11 +118,10 @@ def _with_pretrained(cfg: ExperimentConfig, pretrained: bool) -> Any:
 
 
 def _stopper(cfg: ExperimentConfig, methods: Sequence[Method]) -> EarlyStopping:
-    rules = [rule for rule in (m.stopper(cfg.train) for m in methods) if rule is not None]
+    rules = [(m.name, rule) for m in methods if (rule := m.stopper(cfg.train)) is not None]  # each asked once
     if len(rules) > 1:
-        names = [m.name for m in methods if m.stopper(cfg.train) is not None]
-        raise ValueError(f"methods {names} each bring a stopping rule; a run can follow only one")
-    return rules[0] if rules else EarlyStopping(cfg.train.patience)
+        raise ValueError(f"methods {[name for name, _ in rules]} each bring a stopping rule; a run can follow only one")
+    return rules[0][1] if rules else EarlyStopping(cfg.train.patience)
 
 
 def _encoder(methods: Sequence[Method]) -> tuple[Any, tuple[str, ...]]:
