@@ -67,7 +67,7 @@ def test_objective_total_is_the_weighted_sum_of_independently_computed_terms():
 def test_zero_shot_needs_gsp_pooling():
     with pytest.raises(ValueError, match="gsp"):
         build_model(_cfg("loss.zero_shot_weight=0.1"), fake_train_set(torch.arange(4)))
-    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+    with pytest.raises(ValueError, match=r"must lie in \(0, 1\)"):
         build_model(_cfg(*GSP[:2], "loss.zero_shot_weight=1.5"), fake_train_set(torch.arange(4)))
     with pytest.raises(ValueError, match="zero_shot_params"):
         build_model(_cfg(*GSP, "loss.zero_shot_params={bogus: 1}"), fake_train_set(torch.arange(4)))

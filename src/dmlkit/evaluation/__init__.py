@@ -29,7 +29,7 @@ Nothing here imports training code.
 """
 
 from dmlkit.evaluation.approx_index import (
-    IndexPlan, TunePoint, build_index, load_index, plan_index, recall_at_1, tune_search, wilson_lower,
+    IndexPlan, TunePoint, build_index, default_nlist, load_index, plan_index, recall_at_1, tune_search, wilson_lower,
 )
 from dmlkit.evaluation.clustering import clustering_metrics, kmeans_assign, nmi, pairwise_f1
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
@@ -83,6 +83,7 @@ __all__ = [
     "APPROX_METHODS",
     # approximate search for evaluation (faiss)
     "IndexPlan",
+    "default_nlist",
     "TunePoint",
     "plan_index",
     "build_index",
