@@ -149,3 +149,15 @@ def test_runs_written_before_a_new_config_key_are_still_reused(tmp_path):
     stamp = (tmp_path / "quickstart-seed0" / "summary.json").stat().st_mtime_ns
     run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0], overrides=QUICK)
     assert (tmp_path / "quickstart-seed0" / "summary.json").stat().st_mtime_ns == stamp
+
+
+def test_a_single_value_is_printed_without_a_spread_where_asked():
+    import math
+
+    from dmlkit.protocols.table import format_mean_std, summarise
+
+    one = [{"seed": 0, "m": 0.5}]
+    assert format_mean_std(summarise(one)["m"]) == "50.00 ± 0.00"  # the papers' tables: n=1 shows ± 0
+    assert format_mean_std(summarise(one, single_std=math.nan)["m"]) == "50.00"  # floors: the value alone
+    two = [{"seed": 0, "m": 0.5}, {"seed": 1, "m": 0.7}]
+    assert format_mean_std(summarise(two, single_std=math.nan)["m"]) == "60.00 ± 14.14"

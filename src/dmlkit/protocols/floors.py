@@ -18,6 +18,8 @@ against ``eval.reference_split`` when the split is ``eval.split`` and the config
 
 from __future__ import annotations
 
+import math
+
 import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
@@ -97,7 +99,8 @@ def floor_table(
     as ``floors.json`` beside it."""
     split_name = cfg.eval.split if split is None else split
     floors = floor_metrics(cfg, split, seeds)
-    rows = [(f"floor: {label} (n={len(per_seed)})", summarise(per_seed)) for label, per_seed in floors.items()]
+    rows = [(f"floor: {label} (n={len(per_seed)})", summarise(per_seed, single_std=math.nan))  # raw pixels: one value
+            for label, per_seed in floors.items()]
     table = f"floors of {cfg.name} on split '{split_name}' (metrics in %)\n\n" + markdown_table(rows, columns)
     if out is not None:
         out = Path(out)

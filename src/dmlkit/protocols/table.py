@@ -47,12 +47,13 @@ def check_columns(columns: str) -> list[tuple[str, str]]:
     return COLUMN_SETS[columns]
 
 
-def summarise(per_seed: Sequence[dict[str, float]]) -> dict[str, tuple[float, float]]:
-    """``{metric: (mean, std)}`` over the seeds' metric dicts (metrics present in every seed)."""
+def summarise(per_seed: Sequence[dict[str, float]], single_std: float = 0.0) -> dict[str, tuple[float, float]]:
+    """``{metric: (mean, std)}`` over the seeds' metric dicts (metrics present in every seed); ``single_std`` as
+    in ``mean_std`` (NaN: a single seed's cell shows its value alone)."""
     if not per_seed:
         return {}
     keys = [k for k in per_seed[0] if k != SEED_KEY and all(k in m for m in per_seed)]
-    return {k: mean_std([m[k] for m in per_seed]) for k in keys}
+    return {k: mean_std([m[k] for m in per_seed], single_std) for k in keys}
 
 
 def format_mean_std(stat: tuple[float, float] | None, scale: float = 100.0, digits: int = 2, signed: bool = False) -> str:
@@ -61,6 +62,8 @@ def format_mean_std(stat: tuple[float, float] | None, scale: float = 100.0, digi
     if stat is None or math.isnan(stat[0]):
         return "n/a"
     sign = "+" if signed else ""
+    if math.isnan(stat[1]):  # one value and no spread to show (``mean_std(..., single_std=nan)``)
+        return f"{stat[0] * scale:{sign}.{digits}f}"
     return f"{stat[0] * scale:{sign}.{digits}f} ± {stat[1] * scale:.{digits}f}"
 
 
