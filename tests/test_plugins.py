@@ -93,3 +93,17 @@ def test_bad_imports_name_the_problem(tmp_path):
     broken.write_text("raise RuntimeError('half written')\n")
     with pytest.raises(ValueError, match="failed to import .RuntimeError: half written"):
         load_config("configs/quickstart.yaml", [f"imports=[{broken}]"])
+
+
+def test_an_installed_package_declares_its_components_as_entry_points(tmp_path):
+    site = tmp_path / "site"
+    (site / "toy_dml_parts-0.1.dist-info").mkdir(parents=True)
+    (site / "toy_dml_parts-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-dml-parts\nVersion: 0.1\n")
+    (site / "toy_dml_parts-0.1.dist-info" / "entry_points.txt").write_text("[dmlkit.plugins]\ntoy = toy_dml_parts\n")
+    (site / "toy_dml_parts.py").write_text(PLUGIN)
+    check = ("from dmlkit.config import load_config; from dmlkit.data import list_datasets; from dmlkit.losses import "
+             "list_losses; load_config('configs/quickstart.yaml'); print('blobs' in list_datasets(), 'toy_contrastive' in list_losses())")
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{site}"}
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"]

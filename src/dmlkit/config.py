@@ -195,8 +195,9 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> ExperimentConfig:
     """Read an experiment YAML (or the defaults when ``path`` is None) and apply ``overrides``."""
-    from dmlkit.plugins import import_plugins, normalize_imports
+    from dmlkit.plugins import import_entry_point_plugins, import_plugins, normalize_imports
 
+    import_entry_point_plugins()
     values = apply_overrides(read_config_file(path) if path is not None else {}, list(overrides))
     if "imports" in values:  # before any name is resolved: the registries then know the user's components
         values["imports"] = normalize_imports(values["imports"], Path(path).parent if path is not None else None)

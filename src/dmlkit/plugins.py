@@ -11,6 +11,10 @@ of a ``.py`` file; ``load_config`` imports them before anything is built, and wr
 resolved config as absolute paths, so the run's saved ``config.yaml`` brings them back for ``--resume``,
 ``evaluate``, ``gallery``, ``search`` and ``report`` from any folder. A module is imported once per process
 (registering a name twice is an error of the registries).
+
+An installed package can instead declare its modules as entry points of the group ``dmlkit.plugins``
+(``[project.entry-points."dmlkit.plugins"] my_parts = "my_project.dml_parts"`` in its pyproject.toml);
+``load_config`` imports every one of them, once per process, before the config's own ``imports``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["import_plugins", "normalize_imports"]
+__all__ = ["ENTRY_POINT_GROUP", "import_entry_point_plugins", "import_plugins", "normalize_imports"]
+
+ENTRY_POINT_GROUP = "dmlkit.plugins"
+_entry_points_done = False
 
 
 def _is_file_entry(entry: str) -> bool:
@@ -76,3 +83,19 @@ def import_plugins(entries: Sequence[str]) -> None:
         except Exception as err:
             raise ValueError(f"imports: '{entry}' failed to import ({type(err).__name__}: {err}); fix the module or "
                              "remove it from imports") from err
+
+
+def import_entry_point_plugins() -> None:
+    """Import the modules that installed packages declare in the ``dmlkit.plugins`` entry-point group (once)."""
+    global _entry_points_done
+    if _entry_points_done:
+        return
+    _entry_points_done = True
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            point.load()
+        except Exception as err:
+            raise ValueError(f"the dmlkit plugin '{point.name}' ({point.value}) of an installed package failed to import "
+                             f"({type(err).__name__}: {err}); fix or uninstall that package") from err
