@@ -120,7 +120,7 @@ def test_repeats_of_a_seed_are_not_counted_as_seeds(two_seeds, tmp_path):
     header, row = _metrics_rows(out)
     assert row[:2] == ["quickstart", "2 (3 runs: seed 0 ×2)"]
     values = [json.loads((r / "summary.json").read_text())["test"]["mean_average_precision_at_r"] for r in two_seeds]
-    assert row[header.index("MAP@R")] == f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"  # over 2 seeds
+    assert row[header.index("MAP@R")] == f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"  # over 2 seeds
     per_run = next(rows for cls, rows in parse(out).tables if rows[0][:2] == ["run", "seed"])
     assert [r[1] for r in per_run[1:]] == ["0", "0 (repeat 2)", "1"]
 
@@ -154,7 +154,7 @@ def test_report_of_two_seeds(two_seeds, tmp_path):
     summaries = [json.loads((r / "summary.json").read_text())["test"] for r in two_seeds]
     for name, short in (("precision_at_1", "P@1"), ("recall_at_2", "R@2"), ("mean_average_precision_at_r", "MAP@R")):
         values = [s[name] for s in summaries]
-        assert row[header.index(short)] == f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+        assert row[header.index(short)] == f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
 
     diff = next(rows for cls, rows in page.tables if rows[0][0] == "config key")
     assert diff == [["config key", "seed0", "seed1"], ["seed", "0", "1"]]

@@ -107,7 +107,8 @@ def _fmt(value: Any) -> str:
 
 
 def _metric(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, (int, float)) else "n/a"
+    """A metric in percent with two decimals, as every table a person reads (summary.json keeps fractions)."""
+    return f"{100 * value:.2f}" if isinstance(value, (int, float)) else "n/a"
 
 
 def _device(run: RunRecord) -> str:
@@ -189,7 +190,7 @@ def _metrics_section(runs: Sequence[RunRecord]) -> str:
             if math.isnan(mean):
                 cells.append("<td>n/a</td>")
                 continue
-            text = f"{mean:.4f} ± {std:.4f}" if not math.isnan(std) else f"{mean:.4f}"
+            text = f"{100 * mean:.2f} ± {100 * std:.2f}" if not math.isnan(std) else f"{100 * mean:.2f}"
             cls = ' class="best"' if len(groups) > 1 and mean == best[m] else ""
             cells.append(f"<td{cls}>{_e(text)}</td>")
         rows.append(cells)
@@ -201,7 +202,7 @@ def _metrics_section(runs: Sequence[RunRecord]) -> str:
         [[r.label, seeds[id(r)]] + [_metric(r.test_metrics.get(m)) for m in names] for r in runs],
     )
     note = (
-        '<p class="note">Test metrics of each run\'s best weights (summary.json). Runs whose configs agree except '
+        '<p class="note">Test metrics of each run\'s best weights (summary.json), in percent. Runs whose configs agree except '
         "for <code>seed</code> (and <code>name</code>, <code>output_dir</code>) and that ran with the same number of "
         "processes form one experiment: mean ± sample standard deviation over its distinct seeds (runs repeating "
         "a seed are averaged into that seed's value and shown as repeats, not counted as seeds); bold: the best "
