@@ -65,3 +65,28 @@ def test_the_printed_summary_is_in_percent_like_every_printed_table(tmp_path, ca
     print_summary(summary, tmp_path)
     out = capsys.readouterr().out
     assert "80.98" in out and "31.39" in out and "0.3139" not in out
+
+
+def test_gallery_reuses_the_test_embeddings_evaluate_kept_until_the_weights_change(seed1_run, monkeypatch, tmp_path):
+    import os
+
+    import torch
+
+    from dmlkit.assemble import finished_run
+    from dmlkit.report.gallery import run_gallery
+
+    assert main(["evaluate", str(seed1_run)]) == 0
+    kept = torch.load(seed1_run / "embeddings_test.pt", weights_only=True)
+
+    def no_embedding(self, dataset):
+        raise AssertionError("the kept embeddings should have been used")
+
+    monkeypatch.setattr(finished_run.LoadedRun, "embed", no_embedding)
+    run_gallery(seed1_run, tmp_path / "g.png")
+    best = seed1_run / "best.pt"
+    os.utime(best, ns=(best.stat().st_atime_ns, best.stat().st_mtime_ns + 10**9))  # new weights written
+    with pytest.raises(AssertionError, match="kept embeddings"):
+        run_gallery(seed1_run, tmp_path / "g2.png")
+    monkeypatch.undo()
+    run_gallery(seed1_run, tmp_path / "g3.png")
+    assert torch.equal(torch.load(seed1_run / "embeddings_test.pt", weights_only=True)["embeddings"], kept["embeddings"])

@@ -13,6 +13,7 @@ loss's outputs (``eval.embedding: classifier``), whose shape comes from the trai
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.launch import torchrun_world
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
-from dmlkit.io import write_json_atomic
+from dmlkit.io import atomic_write, write_json_atomic
 from dmlkit.methods import Method, build_methods
 from dmlkit.models import build_embedder
 
@@ -87,6 +88,30 @@ class LoadedRun:
         """``(embeddings, labels)`` of ``dataset`` under ``eval_model``."""
         return embed_dataset(self.eval_model, dataset, self.cfg.eval.batch_size)
 
+    def embed_split(self, name: str, quiet: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(embeddings, labels)`` of split ``name``, kept in ``RUN/embeddings_<name>.pt`` for the checkpoint they
+        came from (its path, size and modification time): ``evaluate`` then ``gallery`` embed the split once."""
+        cache = self.folder.path / f"embeddings_{name}.pt"
+        stat = self.checkpoint.stat()
+        key = {"checkpoint": str(self.checkpoint.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        if cache.is_file():
+            try:
+                stored = torch.load(cache, map_location="cpu", weights_only=True)
+                if stored.get("key") == key:
+                    return stored["embeddings"], stored["labels"]
+            except Exception:  # a torn or foreign file: embed again and replace it
+                pass
+        dataset = self.split(name)
+        if not quiet:
+            print(f"embedding {len(dataset)} {name} images with {self.checkpoint.name} ...", file=sys.stderr, flush=True)
+        embeddings, labels = self.embed(dataset)
+        try:
+            with atomic_write(cache) as fh:
+                torch.save({"key": key, "embeddings": embeddings, "labels": labels}, fh)
+        except OSError:  # a read-only or full run folder: the embeddings are still returned, just not kept
+            pass
+        return embeddings, labels
+
 
 def load_finished_run(run_or_checkpoint: str | Path, in_channels: int | None = None) -> LoadedRun:
     """The run's config, model and objective with the weights of ``run_or_checkpoint`` (best.pt of a run folder).
@@ -142,7 +167,7 @@ def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str
         return _evaluate_run_sharded(run_or_checkpoint, split)
     run = load_finished_run(run_or_checkpoint)
     cfg = run.cfg
-    embeddings, labels = run.embed(run.split(split))
+    embeddings, labels = run.embed_split(split)
     refs: tuple = (None, None)
     if cfg.eval.reference_split is not None and split == cfg.eval.split:  # queries against the gallery
         refs = run.embed(run.split(cfg.eval.reference_split))

@@ -37,7 +37,7 @@ def run_gallery(
     """
     run = load_finished_run(run_dir)
     cfg, dataset = run.cfg, run.split(split)
-    embeddings, labels = run.embed(dataset)
+    embeddings, labels = run.embed_split(split, quiet=False)  # cached by dmlkit evaluate, or kept for the next gallery
     if out is None:
         plots = resolve_checkpoint(run_dir)[0].plots
         plots.mkdir(exist_ok=True)
