@@ -62,9 +62,10 @@ def test_the_printed_summary_is_in_percent_like_every_printed_table(tmp_path, ca
     monkeypatch.setenv("COLUMNS", "120")  # rich wraps the table to the terminal; other tests may leave it narrow
     summary = {"name": "qs", "steps": 30, "best_step": 30, "train_seconds": 1.0,
                "test": {"precision_at_1": 0.80984, "mean_average_precision_at_r": 0.3139}}
-    print_summary(summary, tmp_path)
+    print_summary(summary, tmp_path, wall_seconds=75.4)
     out = capsys.readouterr().out
     assert "80.98" in out and "31.39" in out and "0.3139" not in out
+    assert "train time 1 s; wall time 75 s" in out
 
 
 def test_gallery_reuses_the_test_embeddings_evaluate_kept_until_the_weights_change(seed1_run, monkeypatch, tmp_path):

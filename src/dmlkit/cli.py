@@ -263,9 +263,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    import time
+
     from dmlkit.assemble import build_trainer, resume_trainer
     from dmlkit.config import load_config
 
+    started = time.monotonic()
     if args.resume:
         if args.config or args.overrides or args.imports:
             raise ValueError("--resume continues a run with its own saved config; drop CONFIG, --set and --import")
@@ -290,11 +293,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"dmlkit train: {stop}", file=sys.stderr)
         return stop.exit_code
     if trainer.fabric.is_global_zero:
-        print_summary(summary, trainer.folder.path)
+        print_summary(summary, trainer.folder.path, wall_seconds=time.monotonic() - started)
     return 0
 
 
-def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | None = None) -> None:
     """The test metrics of a finished run as a table, in percent as every printed table of dmlkit
     (``summary.json`` and the JSON of ``dmlkit evaluate`` keep fractions)."""
     from rich.console import Console
@@ -307,7 +310,8 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         table.add_row(key, f"{100 * value:.2f}")
     console = Console()
     console.print(table)
-    console.print(f"run folder: {run_dir}  (train time {summary['train_seconds']:.0f} s)")
+    wall = "" if wall_seconds is None else f"; wall time {wall_seconds:.0f} s with loading, evaluation and plots"
+    console.print(f"run folder: {run_dir}  (train time {summary['train_seconds']:.0f} s{wall})")
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
