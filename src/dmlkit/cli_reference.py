@@ -22,7 +22,7 @@ DEFAULT_PATH = Path("docs/cli.md")
 
 HEADER = """# Command-line reference
 
-Generated from the argument parser in `src/dmlkit/cli.py` by `python -m dmlkit.cli_reference`;
+Generated from the argument parsers in `src/dmlkit/cli/` by `python -m dmlkit.cli_reference`;
 do not edit by hand (`tests/test_docs.py` fails when this page and the code disagree).
 """
 

@@ -1,0 +1,79 @@
+"""The ``dmlkit`` command: one table of sub-commands, each an ``(help, add_arguments, run)`` entry of its module.
+
+- ``training``: ``train`` (a config into a run folder), ``pretrain`` (a named backbone), ``floors`` (scores
+  before training), ``evaluate`` (a run's checkpoint on a split);
+- ``tables``: ``protocol`` (configs x seeds [x backbones] -> tables), ``sweep`` (a grid of overrides),
+  ``report`` (HTML page of runs), ``geometry`` (SFT geometry of run groups), ``gallery`` (queries and neighbours);
+- ``data``: ``data list`` / ``data prepare`` / ``data draws``;
+- ``search``: ``embed``, ``index build``, ``search``, ``export``, ``serve``;
+- ``tools``: ``bench`` (benchmarks of a source checkout), ``study`` (controlled studies).
+
+Options several commands share are written once in ``options``. Heavy imports (torch, Lightning) happen
+inside the commands so that ``dmlkit --help`` answers at once. ``ValueError`` and ``FileNotFoundError`` end
+a command with its message and exit code 2, a non-finite run with 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from typing import Any, Callable
+
+from dmlkit.cli import data, search, tables, tools, training
+from dmlkit.cli.tools import BENCHMARKS, STUDIES
+from dmlkit.cli.training import print_summary
+from dmlkit.interrupts import RunsInterrupted
+
+__all__ = ["BENCHMARKS", "COMMANDS", "STUDIES", "main", "print_summary"]
+
+Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+
+#: Every sub-command in the order ``dmlkit --help`` lists them.
+COMMANDS: dict[str, Command] = {**training.COMMANDS, **tables.COMMANDS, **data.COMMANDS, **tables.LATER, **search.COMMANDS,
+                                **tools.COMMANDS}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dmlkit", description="Deep metric learning: train, evaluate, benchmark.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_arguments, _) in COMMANDS.items():
+        add_arguments(sub.add_parser(name, help=help_text))
+    return parser
+
+
+def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    """dmlkit's own warnings as one ``dmlkit: warning: ...`` line; other packages' warnings as Python shows them."""
+    if "/dmlkit/" in filename.replace("\\", "/"):
+        print(f"dmlkit: warning: {message}", file=file or sys.stderr)
+    else:
+        (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        return COMMANDS[args.command][2](args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"dmlkit {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except RunsInterrupted as stop:  # SIGTERM / SIGINT during parallel runs: checkpoints written
+        print(f"dmlkit {args.command}: {stop}", file=sys.stderr)
+        return stop.exit_code
+    except RuntimeError as err:
+        from dmlkit.engine.trainer import NonFiniteError
+
+        if isinstance(err, NonFiniteError):
+            print(f"dmlkit {args.command}: error: {err}", file=sys.stderr)
+            return 3
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
