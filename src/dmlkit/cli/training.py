@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -64,8 +65,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         if not args.config:
             raise ValueError("dmlkit train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
-        imports = [f"imports={json.dumps([*load_config(args.config, args.overrides).imports, *args.imports])}"] if args.imports else []
-        cfg = load_config(args.config, [*args.overrides, *imports])
+        cfg = load_config(args.config, args.overrides)
+        if args.imports:  # imported now, and recorded in the saved config like the config's own imports
+            from dmlkit.plugins import import_plugins, normalize_imports
+
+            extra = normalize_imports(args.imports, Path(args.config).parent)
+            import_plugins(extra)
+            cfg = dataclasses.replace(cfg, imports=[*cfg.imports, *extra])
         from dmlkit.pretrain import ensure_pretrained_for
 
         ensure_pretrained_for(cfg, quiet=args.quiet)  # a named pretrained backbone is built on first use

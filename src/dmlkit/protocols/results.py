@@ -80,8 +80,9 @@ def _paired(raw: dict[str, Any], pairs: dict[str, str], protocol: str, columns: 
              "(run - baseline) per seed, (seeds where the run is ahead / seeds paired)\n\n")
     text = title + paired_table(rows, columns)
     if backbones:
-        pooled = [(run, base, across_backbones({b: paired_difference(raw[b][run], raw[b][base], keys) for b in backbones},
-                                               keys)) for run, base in pairs.items()]
+        per_row = {label: result for label, _, result in rows}  # the per-backbone differences, computed once above
+        pooled = [(run, base, across_backbones({b: per_row[backbone_label(run, b)] for b in backbones}, keys))
+                  for run, base in pairs.items()]
         out["across_backbones"] = {run: {"baseline": base, **p} for run, base, p in pooled}
         text += (f"\n\nPooled over the backbones {', '.join(backbones)}: mean of every (backbone, seed) difference "
                  "(seeds: spread across seeds within a backbone; backbones: spread of the per-backbone means; seeds "
