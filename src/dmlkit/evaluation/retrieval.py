@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, exact_neighbours
+from dmlkit.evaluation.knn_device import DeviceEmbeddings, check_same_device, device_neighbours, on_accelerator
 from dmlkit.evaluation.knn_inputs import EmbeddingSource, check_block_bytes, check_pair
 
 __all__ = ["retrieval_metrics", "metric_names"]
@@ -152,7 +153,9 @@ def retrieval_metrics(
     """
     ks = check_ks(ks)
     max_block_bytes = check_block_bytes(max_block_bytes)
-    q = EmbeddingSource(query, "query")
+    # Embeddings on a GPU are searched there (dmlkit.evaluation.knn_device), not copied back.
+    source = DeviceEmbeddings if on_accelerator(query) else EmbeddingSource
+    q = source(query, "query")
     ql = check_labels(query_labels, "query_labels", q.n, "query")
     if reference is None:
         if reference_labels is not None:
@@ -163,7 +166,9 @@ def retrieval_metrics(
         r, rl, exclude_self = None, ql, True
         ref = q
     else:
-        ref = r = EmbeddingSource(reference, "reference")
+        ref = r = source(reference, "reference")
+        if isinstance(q, DeviceEmbeddings):
+            check_same_device(q, r)  # type: ignore[arg-type]
         rl = check_labels(reference_labels, "reference_labels", r.n, "reference")
         exclude_self = bool(ref_includes_query)
         check_pair(q, r, exclude_self)
@@ -193,8 +198,11 @@ def retrieval_metrics(
 
     available = ref.n - int(exclude_self)
     num_k = min(available, max([int(rel_count[active].max()), *ks]))
-    idx, _ = exact_neighbours(q, r, num_k, exclude_self, max_block_bytes)
-    return _metrics_from_neighbours(idx.numpy(), q_codes, r_codes, rel_count, active, ks, names)
+    if isinstance(q, DeviceEmbeddings):
+        idx, _ = device_neighbours(q, r, num_k, exclude_self)  # type: ignore[arg-type]
+    else:
+        idx, _ = exact_neighbours(q, r, num_k, exclude_self, max_block_bytes)
+    return _metrics_from_neighbours(idx.cpu().numpy(), q_codes, r_codes, rel_count, active, ks, names)
 
 
 def per_query_values(match: np.ndarray, big_r: np.ndarray, ks: tuple[int, ...]) -> np.ndarray:
