@@ -51,8 +51,10 @@ def _picture(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def make_jpegs(root: Path, images: int, width: int = 500, height: int = 375, per_class: int = 16, seed: int = 0) -> Path:
-    """A CUB-200-2011 layout under ``root`` whose ``train`` split holds ``images`` generated JPEGs."""
+def make_jpegs(root: Path, images: int, width: int = 500, height: int = 375, per_class: int = 16, seed: int = 0,
+               test_per_class: int = 1) -> Path:
+    """A CUB-200-2011 layout under ``root`` whose ``train`` split holds ``images`` generated JPEGs (and the
+    ``test`` split as many classes of ``test_per_class`` images)."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -64,7 +66,7 @@ def make_jpegs(root: Path, images: int, width: int = 500, height: int = 375, per
     for c in range(1, 2 * train_classes + 1):
         folder = f"{c:03d}.Class_{c}"
         classes.append(f"{c} {folder}")
-        count = min(per_class, images - (c - 1) * per_class) if c <= train_classes else 1
+        count = min(per_class, images - (c - 1) * per_class) if c <= train_classes else test_per_class
         for k in range(count):
             image_id += 1
             rel = f"{folder}/img_{k:04d}.jpg"

@@ -49,22 +49,34 @@ def trainer_seconds(cfg: Any, folder: Path) -> float:
     return float(summary["train_seconds"])
 
 
-def bare_seconds(cfg: Any) -> float:
-    """Seconds of the same steps in a plain loop over the same parts."""
+def bare_seconds(cfg: Any, device: str = "cpu") -> float:
+    """Seconds of the same steps in a plain loop over the same parts, on ``device`` (``cfg.train.precision``
+    ``32-true`` or ``bf16-mixed``: autocast to bfloat16, as Fabric does), with pinned memory and
+    non-blocking copies on a GPU."""
+    from contextlib import nullcontext
+
     from dmlkit.assemble import build_run
     from dmlkit.engine.optim import build_optimizer
 
+    precision = cfg.train.precision
+    if precision not in ("32-true", "bf16-mixed"):
+        raise ValueError(f"the bare loop runs precision 32-true or bf16-mixed; got {precision!r}")
     parts = build_run(cfg)
-    model, objective, train = parts.model, parts.objective, parts.splits.train
+    model, objective, train = parts.model.to(device), parts.objective.to(device), parts.splits.train
     optimizer = build_optimizer(parts.param_groups, cfg.train)
     parts.batch_sampler.set_epoch(0)
     train.set_epoch(0)
-    loader = DataLoader(train, batch_sampler=parts.batch_sampler, num_workers=cfg.data.num_workers)
+    on_gpu = torch.device(device).type == "cuda"
+    loader = DataLoader(train, batch_sampler=parts.batch_sampler, num_workers=cfg.data.num_workers, pin_memory=on_gpu)
+    autocast = (lambda: torch.autocast(torch.device(device).type, dtype=torch.bfloat16)) if precision == "bf16-mixed" \
+        else nullcontext
     model.train()
     steps, started = 0, time.perf_counter()
     while steps < cfg.train.max_steps:
         for images, labels in loader:
-            total, _ = objective(model(images), labels, {"step": steps})
+            images, labels = images.to(device, non_blocking=on_gpu), labels.to(device, non_blocking=on_gpu)
+            with autocast():
+                total, _ = objective(model(images), labels, {"step": steps})
             optimizer.zero_grad(set_to_none=True)
             total.backward()
             optimizer.step()
@@ -72,6 +84,8 @@ def bare_seconds(cfg: Any) -> float:
             if steps == cfg.train.max_steps:
                 break
         parts.batch_sampler.set_epoch(1)
+    if on_gpu:
+        torch.cuda.synchronize()
     return time.perf_counter() - started
 
 

@@ -15,7 +15,6 @@ from dmlkit.evaluation import retrieval
 from dmlkit.evaluation.knn import knn_search
 from dmlkit.evaluation.knn_device import device_knn_search
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 def brute_force(query: torch.Tensor, reference: torch.Tensor, k: int, exclude_self: bool):
@@ -101,7 +100,7 @@ def test_bad_input_is_a_value_error_that_names_it(call, message):
         call()
 
 
-@cuda
+@pytest.mark.cuda
 def test_on_a_gpu_the_search_stays_there_and_equals_the_cpu_search():
     x = tied_points(5000, 32, seed=9)
     cpu = knn_search(x, 10)
@@ -111,7 +110,7 @@ def test_on_a_gpu_the_search_stays_there_and_equals_the_cpu_search():
     assert torch.equal(dev.distances.cpu(), cpu.distances)
 
 
-@cuda
+@pytest.mark.cuda
 def test_on_a_gpu_the_retrieval_metrics_equal_the_cpu_ones():
     g = torch.Generator().manual_seed(2)
     labels = torch.randint(0, 50, (4000,), generator=g)

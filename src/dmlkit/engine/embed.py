@@ -14,11 +14,12 @@ def embed_dataset(
     """Return ``(embeddings, labels)`` of the whole ``dataset`` as float32 CPU tensors, in dataset order."""
     was_training = model.training
     model.eval()
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    on_gpu = torch.device(device).type == "cuda"
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, pin_memory=on_gpu)
     chunks, labels = [], []
     try:
         for images, batch_labels in loader:
-            chunks.append(model(images.to(device)).float().cpu())
+            chunks.append(model(images.to(device, non_blocking=on_gpu)).float().cpu())
             labels.append(batch_labels)
     finally:
         model.train(was_training)

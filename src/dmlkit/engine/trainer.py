@@ -105,6 +105,8 @@ class Trainer:
         t, parts = self.train_cfg, self.parts
         self.fabric = Fabric(**fabric_options(t))  # DDP under torchrun (engine/launch.py)
         self.fabric.launch()
+        if self._on_gpu():  # fixed image sizes: let cuDNN pick the fastest convolution algorithms
+            torch.backends.cudnn.benchmark = True
         environment = current_environment(self.fabric.world_size, getattr(self.fabric.strategy, "num_nodes", 1),
                                           self.fabric.device, t.precision)
         resume = self._open_folder(environment)
@@ -233,7 +235,11 @@ class Trainer:
         self.sampler.set_epoch(s.epoch)
         self.splits.train.set_epoch(s.epoch)
         batches = _SkipBatches(self.sampler, s.batch_in_epoch)
-        return DataLoader(self.splits.train, batch_sampler=batches, num_workers=self.parts.num_workers)
+        return DataLoader(self.splits.train, batch_sampler=batches, num_workers=self.parts.num_workers,
+                          pin_memory=self._on_gpu())
+
+    def _on_gpu(self) -> bool:
+        return self.fabric.device.type == "cuda"
 
     def _run_epoch(self, progress: TrainingProgress) -> None:
         t, s = self.train_cfg, self.state
@@ -341,7 +347,7 @@ class Trainer:
         """Embeddings and labels of ``dataset``; with several processes each embeds a shard, then all gather."""
         bs, device, n = self.eval_cfg.batch_size, self.fabric.device, len(dataset)
         if self.fabric.world_size == 1:
-            return embed_dataset(self.eval_model(), dataset, bs, device)
+            return embed_dataset(self.eval_model(), dataset, bs, device, num_workers=self.parts.num_workers)
         local, labels, idx = self._embed_shard(dataset)
         idx = idx.to(device)
         return gather_shards(local.to(device), idx, n).cpu(), gather_shards(labels.to(device), idx, n).cpu()
@@ -376,7 +382,7 @@ class Trainer:
     def _metrics(self, embeddings: torch.Tensor, labels: torch.Tensor, reference: Any, with_clustering: bool) -> dict[str, float]:
         refs = self._embed(reference) if reference is not None else (None, None)
         return evaluate_embeddings(embeddings, labels, *refs, ks=tuple(self.eval_cfg.ks), clustering=with_clustering,
-                                   seed=self.parts.seed)
+                                   seed=self.parts.seed, search_device=self.fabric.device if self._on_gpu() else None)
 
     def _validate(self) -> float:
         t, s = self.train_cfg, self.state

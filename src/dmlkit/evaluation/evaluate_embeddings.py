@@ -30,10 +30,18 @@ def evaluate_embeddings(
     ks: Sequence[int] = (1, 2, 4, 8),
     clustering: bool = False,
     seed: int = 0,
+    search_device: torch.device | str | None = None,
 ) -> dict[str, float]:
     """P@1, R@K, R-precision, MAP@R of the queries ``embeddings`` (against ``ref_embeddings``, else among
-    themselves, leaving each query out); with ``clustering`` also NMI and F1 of k-means on the queries."""
-    metrics = retrieval_metrics(embeddings, labels, ref_embeddings, ref_labels, ks=tuple(ks))
+    themselves, leaving each query out); with ``clustering`` also NMI and F1 of k-means on the queries.
+
+    ``search_device``: a GPU to run the exact neighbour search on (the embeddings are copied there once,
+    :mod:`dmlkit.evaluation.knn_device`); ``None`` searches where the embeddings are."""
+    query, reference = embeddings, ref_embeddings
+    if search_device is not None:
+        query = embeddings.to(search_device)
+        reference = None if ref_embeddings is None else ref_embeddings.to(search_device)
+    metrics = retrieval_metrics(query, labels, reference, ref_labels, ks=tuple(ks))
     if clustering:
         metrics.update(clustering_metrics(embeddings, labels, seed=seed))
     return metrics

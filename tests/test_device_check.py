@@ -1,0 +1,37 @@
+"""The device check script in its CPU mode (``scripts/device_check.sh --cpu``): every section runs and
+reports, so that on a lent GPU machine the script cannot fail for a trivial reason (issue 30 item 6)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path), "BUDGET": "300"}
+    done = subprocess.run(
+        ["bash", "scripts/device_check.sh", "--cpu", "--testbed", "configs/quickstart.yaml", "--seeds", "0",
+         "--jobs", "1", "--set", "train.max_steps=2", "--set", "train.val_every=2", "--set", "data.max_classes=20",
+         "--set", "plots=false", "--set", "eval.clustering=false"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "device_check.json").read_text())
+    assert list(results) == ["environment", "cuda_tests", "training", "exact_search", "testbed"]
+    assert all(r["ok"] for r in results.values()), results
+    assert results["cuda_tests"]["returncode"] == 0 and results["cuda_tests"]["skipped"] > 0
+    rows = results["training"]["rows"]
+    assert [r["precision"] for r in rows] == ["32-true", "bf16-mixed"]
+    assert all(r["trainer_images_per_s"] > 0 and r["bare_images_per_s"] > 0 for r in rows)
+    assert results["exact_search"]["parity_same_neighbours"] is True
+    assert 0 < results["exact_search"]["map_at_r"] < 1
+    assert "| quickstart (n=1) |" in results["testbed"]["table"]
+    report = (tmp_path / "device_check.md").read_text()
+    assert "| bf16-mixed | 3 x 16 |" in report
