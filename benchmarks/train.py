@@ -51,7 +51,7 @@ def trainer_seconds(cfg: Any, folder: Path) -> float:
 
 def bare_seconds(cfg: Any, device: str = "cpu") -> float:
     """Seconds of the same steps in a plain loop over the same parts, on ``device`` (``cfg.train.precision``
-    ``32-true`` or ``bf16-mixed``: autocast to bfloat16, as Fabric does), with pinned memory and
+    ``32-true`` or ``bf16-mixed``: the model's forward under bfloat16 autocast, as Fabric does), with pinned memory and
     non-blocking copies on a GPU."""
     from contextlib import nullcontext
 
@@ -67,6 +67,8 @@ def bare_seconds(cfg: Any, device: str = "cpu") -> float:
     parts.batch_sampler.set_epoch(0)
     train.set_epoch(0)
     on_gpu = torch.device(device).type == "cuda"
+    if on_gpu:  # as the Trainer does
+        torch.backends.cudnn.benchmark = True
     loader = DataLoader(train, batch_sampler=parts.batch_sampler, num_workers=cfg.data.num_workers, pin_memory=on_gpu)
     autocast = (lambda: torch.autocast(torch.device(device).type, dtype=torch.bfloat16)) if precision == "bf16-mixed" \
         else nullcontext
@@ -75,8 +77,9 @@ def bare_seconds(cfg: Any, device: str = "cpu") -> float:
     while steps < cfg.train.max_steps:
         for images, labels in loader:
             images, labels = images.to(device, non_blocking=on_gpu), labels.to(device, non_blocking=on_gpu)
-            with autocast():
-                total, _ = objective(model(images), labels, {"step": steps})
+            with autocast():  # the model's forward only; its output in float32, as Fabric's precision plug-in
+                embeddings = model(images).float()
+            total, _ = objective(embeddings, labels, {"step": steps})
             optimizer.zero_grad(set_to_none=True)
             total.backward()
             optimizer.step()

@@ -35,3 +35,4 @@ def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
     assert "| quickstart (n=1) |" in results["testbed"]["table"]
     report = (tmp_path / "device_check.md").read_text()
     assert "| bf16-mixed | 3 x 16 |" in report
+    assert results["training"]["loader_images_per_s"] > 0 and all(r["compute_images_per_s"] > 0 for r in rows)
