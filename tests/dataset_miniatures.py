@@ -11,13 +11,29 @@ from __future__ import annotations
 import gzip
 import pickle
 import struct
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from PIL import Image
 
 
-def _jpeg(path: Path, seed: int, size: tuple[int, int] = (40, 30)) -> None:
+_JPEG_SIZE = [(40, 30)]  # (width, height) of the images the writers make
+
+
+@contextmanager
+def jpeg_size(width: int, height: int) -> Iterator[None]:
+    """Inside the block, the writers make ``width x height`` JPEGs (e.g. 300 x 250, a photograph's size)."""
+    _JPEG_SIZE.append((width, height))
+    try:
+        yield
+    finally:
+        _JPEG_SIZE.pop()
+
+
+def _jpeg(path: Path, seed: int, size: tuple[int, int] | None = None) -> None:
+    size = size or _JPEG_SIZE[-1]
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     array = rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8)

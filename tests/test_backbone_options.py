@@ -95,14 +95,20 @@ def _fake_timm(monkeypatch, calls):
     monkeypatch.setitem(sys.modules, "timm", types.SimpleNamespace(create_model=create_model))
 
 
-def test_timm_weights_file_goes_through_timms_loader(tmp_path, monkeypatch):
+def test_a_timm_weights_file_is_loaded_strictly_into_a_randomly_built_model(tmp_path, monkeypatch):
     calls: list[dict] = []
     _fake_timm(monkeypatch, calls)
-    (tmp_path / "r50.pth").write_bytes(b"")
-    create_backbone("timm:resnet50", pretrained=str(tmp_path / "r50.pth"))
+    saved = _FakeTimmNet(3).state_dict()
+    torch.save(saved, tmp_path / "net.pth")
+    backbone = create_backbone("timm:fake", pretrained=str(tmp_path / "net.pth"))
     create_backbone("timm:resnet50", pretrained=True)
-    assert calls[0] == dict(name="resnet50", pretrained=True, in_chans=3, pretrained_cfg_overlay={"file": str(tmp_path / "r50.pth")})
+    assert calls[0] == dict(name="fake", pretrained=False, in_chans=3)  # timm's own (non-strict) loader is not used
     assert calls[1] == dict(name="resnet50", pretrained=True, in_chans=3)
+    loaded = backbone.model.state_dict()
+    assert all(torch.equal(loaded[k], saved[k]) for k in saved)
+    torch.save({k: v for k, v in saved.items() if k != "conv.bias"}, tmp_path / "part.pth")
+    with pytest.raises(ValueError, match=r"missing keys \['conv.bias'\]"):
+        create_backbone("timm:fake", pretrained=str(tmp_path / "part.pth"))
     with pytest.raises(ValueError, match="not found"):
         create_backbone("timm:resnet50", pretrained=str(tmp_path / "nope.pth"))
 

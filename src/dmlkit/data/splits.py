@@ -57,6 +57,9 @@ class LabelledSubset(DMLDataset):
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
 
+    def share_epoch(self) -> None:
+        self.dataset.share_epoch()
+
     def with_augment(self, augment: bool) -> "LabelledSubset":
         other = object.__new__(LabelledSubset)
         other.__dict__.update(self.__dict__)

@@ -97,6 +97,8 @@ class Trainer:
         self.resuming = resuming
         self.plots = parts.plots
         self.state = LoopState()
+        self._loader: DataLoader | None = None  # the training loader (_epoch_loader)
+        self._batches: _SkipBatches | None = None
 
     # ----------------------------------------------------------------- set-up
     def _setup(self) -> None:
@@ -213,6 +215,7 @@ class Trainer:
                 self._write_summary(summary)
             return summary
         finally:
+            self._loader = self._batches = None  # its persistent workers stop
             self.folder.release()
 
     def _already_finished(self) -> dict[str, Any]:
@@ -231,12 +234,21 @@ class Trainer:
         return summary
 
     def _epoch_loader(self) -> DataLoader:
-        s = self.state
+        """The training loader for the current epoch. With loader workers it is made once and its workers
+        persist across epochs (they read the epoch from shared memory, ``share_epoch``): restarting them each
+        epoch cost a GPU run most of its time (docs/device.md)."""
+        s, train, workers = self.state, self.splits.train, self.parts.num_workers
         self.sampler.set_epoch(s.epoch)
-        self.splits.train.set_epoch(s.epoch)
-        batches = _SkipBatches(self.sampler, s.batch_in_epoch)
-        return DataLoader(self.splits.train, batch_sampler=batches, num_workers=self.parts.num_workers,
-                          pin_memory=self._on_gpu())
+        train.set_epoch(s.epoch)
+        persistent = workers > 0 and hasattr(train, "share_epoch")
+        if self._loader is None or not persistent:
+            if persistent:
+                train.share_epoch()
+            self._batches = _SkipBatches(self.sampler, 0)
+            self._loader = DataLoader(train, batch_sampler=self._batches, num_workers=workers,
+                                      pin_memory=self._on_gpu(), persistent_workers=persistent)
+        self._batches.skip = s.batch_in_epoch  # read when the epoch's iteration starts, in this process
+        return self._loader
 
     def _on_gpu(self) -> bool:
         return self.fabric.device.type == "cuda"

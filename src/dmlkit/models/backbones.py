@@ -95,13 +95,11 @@ class TimmBackbone(nn.Module):
         super().__init__()
         timm = _import_timm()
         self.model_name = model_name
-        extra = {}
-        if not isinstance(pretrained, bool):  # a local weights file, loaded by timm's own loader
-            extra["pretrained_cfg_overlay"] = {"file": str(_weights_file(pretrained))}
         self.model = timm.create_model(
-            model_name, pretrained=bool(pretrained) or bool(extra), in_chans=in_channels, num_classes=0, global_pool="",
-            **extra,
+            model_name, pretrained=pretrained is True, in_chans=in_channels, num_classes=0, global_pool="",
         )
+        if not isinstance(pretrained, bool):  # a local weights file: loaded here, strictly (timm's loader is not)
+            _load_timm_weights(self.model, _weights_file(pretrained), model_name, in_channels)
         self.out_channels = int(self.model.num_features)
         self.num_prefix_tokens = int(getattr(self.model, "num_prefix_tokens", 0))
 
@@ -143,13 +141,50 @@ def _weights_file(path: str | os.PathLike) -> Path:
 def _load_weights(module: nn.Module, path: str | os.PathLike, name: str) -> None:
     """Load a state dict (optionally under a ``state_dict`` / ``model`` key) into ``module``, strictly."""
     file = _weights_file(path)
-    state = torch.load(file, map_location="cpu", weights_only=True)
-    if isinstance(state, dict) and not any(isinstance(v, torch.Tensor) for v in state.values()):
-        state = state.get("state_dict", state.get("model", state))
+    state = _state_dict(file)
     try:
         module.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as err:
         raise ValueError(f"weights in '{file}' do not fit backbone '{name}': {err}") from err
+
+
+def _load_timm_weights(model: nn.Module, file: Path, model_name: str, in_channels: int) -> None:
+    """Load a timm state dict into ``model`` (built with ``num_classes=0``): the classifier's keys are dropped,
+    the first convolution is adapted to ``in_channels`` (timm's rule), and any other missing or unexpected key,
+    or another shape, is a ``ValueError`` that names them."""
+    state = _state_dict(file)
+    cfg = getattr(model, "pretrained_cfg", {}) or {}
+    classifier = cfg.get("classifier") or ()
+    heads = (classifier,) if isinstance(classifier, str) else tuple(classifier)
+    state = {k: v for k, v in state.items() if not any(k == h or k.startswith(h + ".") for h in heads)}
+    first = f"{cfg.get('first_conv')}.weight" if cfg.get("first_conv") else None
+    if first in state and in_channels != state[first].shape[1]:
+        from timm.models import adapt_input_conv
+
+        state[first] = adapt_input_conv(in_channels, state[first])
+    fix = (f"Save the state dict of timm.create_model('{model_name}') there, or name the model the file was "
+           f"saved from (model.backbone: timm:<that model>).")
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # other shapes
+        raise ValueError(f"weights in '{file}' do not fit timm model '{model_name}': {str(err)[:800]}. {fix}") from err
+    if missing or unexpected:
+        raise ValueError(
+            f"weights in '{file}' do not fit timm model '{model_name}' (only the classifier "
+            f"{', '.join(heads) or '(none)'} is dropped): missing keys {missing[:10]}"
+            f"{' ...' if len(missing) > 10 else ''}, unexpected keys {unexpected[:10]}"
+            f"{' ...' if len(unexpected) > 10 else ''}. {fix}"
+        )
+
+
+def _state_dict(file: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a weights file (a state dict, optionally under a ``state_dict`` / ``model`` key)."""
+    state = torch.load(file, map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and not any(isinstance(v, torch.Tensor) for v in state.values()):
+        state = state.get("state_dict", state.get("model", state))
+    if not isinstance(state, dict):
+        raise ValueError(f"'{file}' holds a {type(state).__name__}, not a state dict of tensors")
+    return state
 
 
 def create_backbone(

@@ -52,7 +52,6 @@ class DMLDataset(Dataset):
     category_names: list[str]
     in_channels: int = 1
     augment: bool = False
-    epoch: int = 0
 
     # ----------------------------------------------------------- interface
     #: Where the images come from, for ``dmlkit data list`` (embedded, downloaded, or files the user provides).
@@ -77,16 +76,37 @@ class DMLDataset(Dataset):
         """Per-image category ids ``(N,)`` (all ``-1`` where the dataset has no categories)."""
         return self.class_categories[self.labels]
 
+    @property
+    def epoch(self) -> int:
+        """The epoch whose augmentation draws ``__getitem__`` makes (``set_epoch``)."""
+        cell = self.__dict__.get("_epoch_cell")
+        return int(cell) if cell is not None else int(self.__dict__.get("_epoch", 0))
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        cell = self.__dict__.get("_epoch_cell")
+        if cell is not None:
+            cell.fill_(int(value))
+        else:
+            self.__dict__["_epoch"] = int(value)
+
     def set_epoch(self, epoch: int) -> None:
         """Reseed augmentation: item ``i`` of epoch ``e`` is augmented from ``(seed, e, i)``.
 
-        With a ``DataLoader`` whose workers are persistent, the workers hold
-        their own copies of the dataset; recreate the loader each epoch (the
-        default, non-persistent workers) so they see the new epoch.
+        ``DataLoader`` workers hold their own copies of the dataset: call :meth:`share_epoch` before the
+        workers start for persistent workers to see the new epoch (the Trainer does); otherwise recreate
+        the loader each epoch.
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
         self.epoch = epoch
+
+    def share_epoch(self) -> None:
+        """Keep the epoch in shared memory, so that the workers of a persistent ``DataLoader`` (started
+        after this call) read what ``set_epoch`` sets in the main process: the same draws as a loader
+        made anew each epoch, without restarting the workers."""
+        if self.__dict__.get("_epoch_cell") is None:
+            self.__dict__["_epoch_cell"] = torch.tensor(self.epoch, dtype=torch.int64).share_memory_()
 
     def get_batch(self, indices: Sequence[int] | Tensor) -> tuple[Tensor, Tensor]:
         """Images ``(B, C, H, W)`` and labels ``(B,)`` of ``indices``; equal to stacking ``self[i]``.
