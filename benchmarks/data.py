@@ -16,7 +16,10 @@ Measured in one process, in this order, each over the same images:
    thesis Sec. 3.3.2.1);
 3. ``DataLoader`` with ``--workers`` persistent worker processes (default 2),
    batches of ``--batch`` (default 32), two epochs: the second epoch's rate is
-   the steady state; the first epoch's (worker start-up included) is shown too.
+   the steady state; the first epoch's (worker start-up included) is shown too;
+4. the reference users compare with: ``torchvision.datasets.ImageFolder`` over the same files with the same
+   transform written with torchvision's transforms, same loader settings, steady state (where torchvision is
+   installed: ``.venv-timm/bin/python -m benchmarks.data``).
 
 Ratios are against the reference. On a machine with other load the absolute
 numbers move; the ratios of one run are comparable.
@@ -118,7 +121,9 @@ def run(
         second_epoch = sum(x.shape[0] for x, _ in loader)  # workers already running: steady state
         t_end = time.perf_counter()
         del loader
+        image_folder = image_folder_rate(root / "CUB_200_2011" / "images", size, batch, workers)
     return {
+        "image_folder_per_s": image_folder,
         "images": n,
         "image_size": f"{width}x{height}",
         "mean_kb": kb,
@@ -134,6 +139,30 @@ def run(
     }
 
 
+def image_folder_rate(folder: Path, size: int, batch: int, workers: int) -> float | None:
+    """Steady-state images/s of ``torchvision.datasets.ImageFolder`` over ``folder`` with the same train
+    transform (shorter side 256, random resized crop of area 0.16-1 and ratio 3/4-4/3 to ``size``, flip,
+    ImageNet normalisation) and the same loader settings; ``None`` where torchvision is not installed."""
+    try:
+        from torchvision import datasets, transforms
+    except Exception:  # not installed, or a build that does not fit this torch
+        return None
+    from torch.utils.data import DataLoader
+
+    from dmlkit.data.transforms.image_crops import IMAGENET_MEAN, IMAGENET_STD
+
+    transform = transforms.Compose([
+        transforms.Resize(256), transforms.RandomResizedCrop(size, scale=(0.16, 1.0), ratio=(3 / 4, 4 / 3)),
+        transforms.RandomHorizontalFlip(), transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+    ])
+    dataset = datasets.ImageFolder(str(folder), transform=transform)
+    loader = DataLoader(dataset, batch_size=batch, shuffle=False, num_workers=workers, persistent_workers=workers > 0)
+    sum(x.shape[0] for x, _ in loader)  # first epoch: starts the workers
+    started = time.perf_counter()
+    seen = sum(x.shape[0] for x, _ in loader)
+    return seen / (time.perf_counter() - started)
+
+
 def format_table(r: dict[str, Any]) -> str:
     ref = r["decode_per_s"]
     first = r["loader_first_epoch_per_s"]
@@ -147,6 +176,9 @@ def format_table(r: dict[str, Any]) -> str:
              f"{r['loader_per_s'] / ref:.2f}x"],
             [f"DataLoader, {r['workers']} workers, first epoch", f"{first:.1f}", f"{first / ref:.2f}x"],
         ]) + "   (incl. starting the workers)",
+        (f"torchvision ImageFolder, same transform and loader, steady state: {r['image_folder_per_s']:.1f} images/s; "
+         f"dmlkit / ImageFolder = {r['loader_per_s'] / r['image_folder_per_s']:.2f}x"
+         if r.get("image_folder_per_s") else "torchvision ImageFolder: not measured (torchvision is not installed here)"),
     ])
 
 
