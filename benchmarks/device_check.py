@@ -11,7 +11,9 @@ is written into its row, never stops the run):
 4. ``exact_search``: exact retrieval metrics (MAP@R, R@K) of 1M x 128 embeddings searched on the GPU
    (:mod:`dmlkit.evaluation.knn_device`), the k-NN search alone (k = 10), and a parity check against the
    CPU search (:func:`dmlkit.evaluation.knn_search`) on a 100k subset, whose CPU time is the reference.
-5. ``testbed``: ``dmlkit protocol holdout`` of the given configs for the time left, tabulated.
+5. ``execution``: images/s of the model alone in fp32 and bf16, with and without ``train.channels_last``, and
+   bf16 with ``train.compile``.
+6. ``testbed``: ``dmlkit protocol holdout`` of the given configs for the time left, tabulated.
 
 ``--cpu`` runs every section at small sizes on the CPU (ResNet-20 at 32 px, 20k embeddings), so that a
 test runs the whole script and a lent device cannot fail it for a trivial reason. Writes
@@ -112,12 +114,17 @@ def compute_images_per_second(cfg: Any, device: str, steps: int = 10) -> float:
     from dmlkit.assemble import build_run
     from dmlkit.engine.optim import build_optimizer
 
+    from dmlkit.engine.execution import prepare_model, to_channels_last
+
     parts = build_run(cfg)
     model, objective = parts.model.to(device), parts.objective.to(device)
     optimizer = build_optimizer(parts.param_groups, cfg.train)
+    model = prepare_model(model, cfg.train.channels_last, cfg.train.compile)
     parts.batch_sampler.set_epoch(0)
     batch = next(iter(parts.batch_sampler))
     images = torch.stack([parts.splits.train[i][0] for i in batch]).to(device)
+    if cfg.train.channels_last:
+        images = to_channels_last(images)
     labels = torch.as_tensor([parts.splits.train[i][1] for i in batch]).to(device)
     bf16 = cfg.train.precision == "bf16-mixed"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -138,6 +145,24 @@ def compute_images_per_second(cfg: Any, device: str, steps: int = 10) -> float:
     return steps * len(batch) / (time.perf_counter() - started)
 
 
+def execution(sizes: Sizes, folder: Path) -> dict[str, Any]:
+    """Images/s of the model alone (one resident batch) under ``train.channels_last`` and ``train.compile``."""
+    from benchmarks.data import make_jpegs
+
+    root = make_jpegs(folder / "cub-exec", max(sizes.batch_size * 2, 200), *sizes.jpeg_size, test_per_class=4)
+    rows = []
+    settings = [("32-true", False, False), ("32-true", True, False), ("bf16-mixed", False, False),
+                ("bf16-mixed", True, False)]
+    if sizes.device == "cuda":  # inductor's CPU code generation takes minutes: the CPU mode leaves it out
+        settings.append(("bf16-mixed", True, True))
+    for precision, channels_last, compiled in settings:
+        cfg = _training_config(sizes, root, precision, extra=(f"train.channels_last={channels_last}",
+                                                              f"train.compile={compiled}"))
+        rows.append({"precision": precision, "channels_last": channels_last, "compile": compiled,
+                     "images_per_s": round(compute_images_per_second(cfg, sizes.device, steps=10), 1)})
+    return {"backbone": sizes.backbone, "image_size": sizes.image_size, "batch": sizes.batch_size, "rows": rows}
+
+
 def loader_images_per_second(cfg: Any, batches: int = 30) -> float:
     """Images/s of the training DataLoader alone (JPEG decode + the papers' train transform), its workers."""
     from torch.utils.data import DataLoader
@@ -155,7 +180,8 @@ def loader_images_per_second(cfg: Any, batches: int = 30) -> float:
     return seen / (time.perf_counter() - started)
 
 
-def _training_config(sizes: Sizes, root: Path, precision: str, steps: int | None = None) -> Any:
+def _training_config(sizes: Sizes, root: Path, precision: str, steps: int | None = None,
+                     extra: Sequence[str] = ()) -> Any:
     from dmlkit.config import load_config
 
     steps = steps or sizes.train_steps
@@ -164,7 +190,7 @@ def _training_config(sizes: Sizes, root: Path, precision: str, steps: int | None
         "data.val_fraction=0.0", f"model.backbone={sizes.backbone}", "model.pretrained=false",
         f"train.batch_size={sizes.batch_size}", f"train.max_steps={steps}", f"train.val_every={steps}",
         "train.patience=1000", f"train.precision={precision}", f"train.accelerator={sizes.device}",
-        "eval.clustering=false", "plots=false", *sizes.extra_sets,
+        "eval.clustering=false", "plots=false", *sizes.extra_sets, *extra,
     ])
 
 
@@ -224,8 +250,10 @@ def testbed(configs: Sequence[str], seeds: Sequence[int], seconds: float, jobs: 
 
 
 # ---------------------------------------------------------------- driver
-def run_sections(sizes: Sizes, budget: float, out: Path, testbed_args: dict[str, Any]) -> dict[str, Any]:
-    """Every section in order, each recorded (value or error and seconds); the testbed gets the time left."""
+def run_sections(sizes: Sizes, budget: float, out: Path, testbed_args: dict[str, Any],
+                 only: Sequence[str] = ()) -> dict[str, Any]:
+    """Every section in order (or those in ``only``), each recorded (value or error and seconds); the testbed
+    gets the time left."""
     deadline = time.monotonic() + budget
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -235,10 +263,13 @@ def run_sections(sizes: Sizes, budget: float, out: Path, testbed_args: dict[str,
             ("cuda_tests", lambda: cuda_tests(max(30.0, min(150.0, deadline - time.monotonic() - 60)))),
             ("training", lambda: training(sizes, work)),
             ("exact_search", lambda: exact_search(sizes)),
+            ("execution", lambda: execution(sizes, work)),
             ("testbed", lambda: testbed(folder=work / "testbed", seconds=deadline - time.monotonic() - 40,
                                         **testbed_args)),
         ]
         for name, section in plan:
+            if only and name not in only:
+                continue
             started = time.perf_counter()
             try:
                 results[name] = {"ok": True, **section()}
@@ -271,6 +302,11 @@ def format_report(results: dict[str, Any]) -> str:
             lines += [f"| {x['precision']} | {x['steps']} x {x['batch']} | {x['compute_images_per_s']} | "
                       f"{x['trainer_images_per_s']} | {x['bare_images_per_s']} | {x['trainer_over_bare']} |"
                       for x in r["rows"]]
+        elif name == "execution":
+            lines += [f"{r['backbone']} at {r['image_size']} px, batch {r['batch']}, the model alone", "",
+                      "| precision | channels_last | compile | img/s |", "|---|---|---|---|"]
+            lines += [f"| {x['precision']} | {x['channels_last']} | {x['compile']} | {x['images_per_s']} |"
+                      for x in r["rows"]]
         elif name == "testbed":
             lines.append(r.get("table") or f"no table: {r.get('skipped') or r.get('error') or r.get('tabulate_error')}")
         else:
@@ -289,6 +325,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--testbed", nargs="*", default=[], metavar="CONFIG", help="configs for the testbed section")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--jobs", type=int, default=12, help="testbed runs side by side")
+    p.add_argument("--only", nargs="+", default=[], metavar="SECTION",
+                   help="run only these sections (environment cuda_tests training exact_search execution testbed)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override for the testbed configs (repeatable)")
     return p
@@ -300,7 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("no CUDA device here; run with --cpu for the small CPU check")
     sizes = CPU if args.cpu else GPU
     testbed_args = {"configs": args.testbed, "seeds": args.seeds, "jobs": args.jobs, "sets": args.sets}
-    results = run_sections(sizes, args.budget, args.out, testbed_args)
+    results = run_sections(sizes, args.budget, args.out, testbed_args, args.only)
     print(format_report(results))
     failed = [name for name, r in results.items() if not r.get("ok") or r.get("failed") or r.get("error")]
     return 1 if failed else 0

@@ -24,7 +24,7 @@ def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "device_check.json").read_text())
-    assert list(results) == ["environment", "cuda_tests", "training", "exact_search", "testbed"]
+    assert list(results) == ["environment", "cuda_tests", "training", "exact_search", "execution", "testbed"]
     assert all(r["ok"] for r in results.values()), results
     assert results["cuda_tests"]["returncode"] == 0 and results["cuda_tests"]["skipped"] > 0
     rows = results["training"]["rows"]
@@ -33,6 +33,9 @@ def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
     assert results["exact_search"]["parity_same_neighbours"] is True
     assert 0 < results["exact_search"]["map_at_r"] < 1
     assert "| quickstart (n=1) |" in results["testbed"]["table"]
+    assert [(r["channels_last"], r["compile"]) for r in results["execution"]["rows"]] == [
+        (False, False), (True, False), (False, False), (True, False)]
+    assert all(r["images_per_s"] > 0 for r in results["execution"]["rows"])
     report = (tmp_path / "device_check.md").read_text()
     assert "| bf16-mixed | 3 x 16 |" in report
     assert results["training"]["loader_images_per_s"] > 0 and all(r["compute_images_per_s"] > 0 for r in rows)

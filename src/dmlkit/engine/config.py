@@ -46,6 +46,8 @@ class TrainConfig:
     devices: int = 1
     precision: str = "32-true"
     threads: int | None = None  # intra-op CPU threads of the run (engine/threads.py); null: the shell's
+    channels_last: bool = False  # the model and its input batches in NHWC memory layout (engine/execution.py)
+    compile: bool = False  # torch.compile the model before training (engine/execution.py)
 
     def __post_init__(self) -> None:
         check_train_values(self)

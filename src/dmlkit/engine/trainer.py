@@ -28,6 +28,7 @@ from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, non_fini
 from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.environment import check_resume, current_environment, read_environment
+from dmlkit.engine.execution import check_execution, prepare_model, to_channels_last
 from dmlkit.engine.launch import check_precision, fabric_options
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.optim import build_optimizer, build_scheduler
@@ -90,6 +91,7 @@ class Trainer:
     ) -> None:
         check_val_metric(train, evaluation, metric_names(evaluation.ks))  # before the run folder is made
         check_precision(train)
+        check_execution(parts.model, train.channels_last, train.compile)
         self.train_cfg, self.eval_cfg, self.parts = train, evaluation, parts
         self.folder = RunFolder(run_dir)
         self.callbacks = [*parts.callbacks, *callbacks]
@@ -120,7 +122,8 @@ class Trainer:
         if self.fabric.is_global_zero:  # a full disk is reported before training starts
             slots = {"adam": 2, "adamw": 2}.get(t.optimizer, 1)
             self.folder.check_space(3 * estimate_checkpoint_bytes(parts.model, parts.objective, slots))
-        self.model, self.optimizer = self.fabric.setup(parts.model, optimizer)
+        model = prepare_model(parts.model, t.channels_last, t.compile)  # NHWC layout, torch.compile
+        self.model, self.optimizer = self.fabric.setup(model, optimizer)
         for name in parts.forward_methods:  # model methods besides forward that parts.encode calls
             self.model.mark_forward_method(name)
         self.objective = self.fabric.to_device(parts.objective)
@@ -324,6 +327,8 @@ class Trainer:
 
     def _train_step(self, images: torch.Tensor, labels: torch.Tensor) -> dict[str, Any]:
         images, labels = self.fabric.to_device((images, labels))
+        if self.train_cfg.channels_last:
+            images = to_channels_last(images)
         self.model.train()
         embeddings, extras = self.parts.encode(self.model, images)
         batch = {"images": images, "labels": labels, "step": self.state.step, **extras, "extras": tuple(extras)}
