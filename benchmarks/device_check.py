@@ -149,7 +149,7 @@ def execution(sizes: Sizes, folder: Path) -> dict[str, Any]:
     """Images/s of the model alone (one resident batch) under ``train.channels_last`` and ``train.compile``."""
     from benchmarks.data import make_jpegs
 
-    root = make_jpegs(folder / "cub-exec", max(sizes.batch_size * 2, 200), *sizes.jpeg_size, test_per_class=4)
+    root = make_jpegs(folder / "cub-exec", sizes.images, *sizes.jpeg_size, test_per_class=4)
     rows = []
     settings = [("32-true", False, False), ("32-true", True, False), ("bf16-mixed", False, False),
                 ("bf16-mixed", True, False)]
