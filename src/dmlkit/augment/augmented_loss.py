@@ -57,6 +57,7 @@ from torch import Tensor, nn
 
 from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.augment.generated_score import GeneratedBatchStats, check_score, score_generated
+from dmlkit.validation import is_real
 
 __all__ = ["FeatureAugmentedLoss"]
 
@@ -87,7 +88,7 @@ class FeatureAugmentedLoss(nn.Module):
                 f"generator must be a FeatureGenerator, got {type(generator).__name__}: "
                 "FeatureAugmentedLoss(loss, FeatureGenerator(num_classes, dim, ...), lam=...)"
             )
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
+        if not is_real(lam) or not math.isfinite(lam) or lam < 0:
             raise ValueError(f"lam must be a finite number >= 0 (the paper uses 0.2), got {lam!r}")
         self.loss = loss
         self.generator = generator

@@ -20,6 +20,7 @@ from dmlkit.augment.centers import CENTER_INITS, CENTER_MODES
 from dmlkit.augment.feature_generator import AUGMENT_TRANSFORMS, FeatureGenerator, canonical_transform_name
 from dmlkit.augment.generated_score import SCORES
 from dmlkit.augment.schemes import SCHEMES, TARGET_POLICIES
+from dmlkit.validation import is_int, is_real
 
 __all__ = ["AugmentConfig", "build_augmented_loss", "build_feature_generator"]
 
@@ -78,7 +79,7 @@ class AugmentConfig:
                 raise ValueError(
                     f"augment.name must be null (no augmentation) or one of {AUGMENT_TRANSFORMS}, got {self.name!r}"
                 ) from None
-        if isinstance(self.lam, bool) or not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam) or self.lam < 0:
+        if not is_real(self.lam) or not math.isfinite(self.lam) or self.lam < 0:
             raise ValueError(f"augment.lam must be a finite number >= 0 (the paper uses 0.2), got {self.lam!r}")
         if self.scheme not in SCHEMES:
             raise ValueError(f"augment.scheme must be one of {SCHEMES}, got {self.scheme!r}")
@@ -86,9 +87,9 @@ class AugmentConfig:
             raise ValueError(f"augment.target must be one of {TARGET_POLICIES}, got {self.target!r}")
         if self.score not in SCORES:
             raise ValueError(f"augment.score must be one of {SCORES}, got {self.score!r}")
-        if isinstance(self.start_step, bool) or not isinstance(self.start_step, int) or self.start_step < 0:
+        if not is_int(self.start_step) or self.start_step < 0:
             raise ValueError(f"augment.start_step must be an int >= 0 (steps before the augmentation starts), got {self.start_step!r}")
-        if isinstance(self.tail_threshold, bool) or not isinstance(self.tail_threshold, int) or self.tail_threshold < 1:
+        if not is_int(self.tail_threshold) or self.tail_threshold < 1:
             raise ValueError(f"augment.tail_threshold must be a positive int (samples per class), got {self.tail_threshold!r}")
         if self.centers not in CENTER_MODES:
             raise ValueError(f"augment.centers must be one of {CENTER_MODES}, got {self.centers!r}")

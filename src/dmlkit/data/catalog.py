@@ -27,6 +27,7 @@ from dmlkit.data.datasets.sop import SOPDataset
 from dmlkit.data.datasets.vehicleid import VehicleIDDataset
 from dmlkit.data.splits import class_disjoint_split, class_fold_split, subset_classes
 from dmlkit.registry import Registry, check_kwargs
+from dmlkit.validation import is_int
 
 DATASETS: Registry[DMLDataset] = Registry("dataset")
 DATASETS.register("glyphs", GlyphsDataset)
@@ -75,7 +76,7 @@ def create_dataset(
     splits = dataset_splits(name)
     if split not in splits:
         raise ValueError(f"unknown split '{split}' of dataset '{name}'; valid splits are: {', '.join(splits)}")
-    if max_classes is not None and (isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1):
+    if max_classes is not None and (not is_int(max_classes) or max_classes < 1):
         raise ValueError(f"max_classes must be a positive int or None, got {max_classes!r}")
     args = dict(split=split, root=root, seed=seed, augment=augment, image_size=image_size, **kwargs)
     native = "max_classes" in inspect.signature(factory).parameters

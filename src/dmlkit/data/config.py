@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from dmlkit.validation import is_int, is_real
 
 
 @dataclass
@@ -45,21 +46,21 @@ class DataConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"data.name must be a dataset name, got {self.name!r}")
-        if isinstance(self.image_size, bool) or not isinstance(self.image_size, int) or self.image_size < 8:
+        if not is_int(self.image_size) or self.image_size < 8:
             raise ValueError(f"data.image_size must be an int >= 8, got {self.image_size!r}")
-        if isinstance(self.val_fraction, bool) or not isinstance(self.val_fraction, (int, float)) or not (
+        if not is_real(self.val_fraction) or not (
             0.0 <= self.val_fraction < 1.0
         ):
             raise ValueError(f"data.val_fraction must lie in [0, 1) (0 disables validation), got {self.val_fraction!r}")
         if self.max_classes is not None and (
-            isinstance(self.max_classes, bool) or not isinstance(self.max_classes, int) or self.max_classes < 1
+            not is_int(self.max_classes) or self.max_classes < 1
         ):
             raise ValueError(f"data.max_classes must be a positive int or null, got {self.max_classes!r}")
-        if isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 0 or self.folds == 1:
+        if not is_int(self.folds) or self.folds < 0 or self.folds == 1:
             raise ValueError(f"data.folds must be 0 (no folds) or an int >= 2, got {self.folds!r}")
-        if isinstance(self.fold, bool) or not isinstance(self.fold, int) or not 0 <= self.fold < max(self.folds, 1):
+        if not is_int(self.fold) or not 0 <= self.fold < max(self.folds, 1):
             raise ValueError(f"data.fold must be an int in 0..{max(self.folds - 1, 0)} (data.folds={self.folds}), got {self.fold!r}")
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+        if not is_int(self.num_workers) or self.num_workers < 0:
             raise ValueError(f"data.num_workers must be an int >= 0, got {self.num_workers!r}")
         if not isinstance(self.train_split, str) or not self.train_split:
             raise ValueError(f"data.train_split must be a split name such as 'train', got {self.train_split!r}")

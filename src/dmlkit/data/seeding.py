@@ -9,6 +9,7 @@ the number of data-loader workers or the order in which items are fetched.
 from __future__ import annotations
 
 import torch
+from dmlkit.validation import is_int
 
 _MASK64 = (1 << 64) - 1
 
@@ -38,5 +39,5 @@ def make_generator(*values: int) -> torch.Generator:
 
 def check_seed(seed: object, what: str = "seed") -> None:
     """Raise ``ValueError`` unless ``seed`` is a plain int (``bool`` is refused)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if not is_int(seed):
         raise ValueError(f"{what} must be an int, got {seed!r}")

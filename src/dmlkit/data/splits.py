@@ -14,6 +14,7 @@ from torch import Tensor
 
 from dmlkit.data.datasets.base import DMLDataset, _as_index_list
 from dmlkit.data.seeding import make_generator
+from dmlkit.validation import is_int, is_real
 
 
 class LabelledSubset(DMLDataset):
@@ -102,7 +103,7 @@ def class_disjoint_split(
     ``shuffle=True``, a random choice drawn from ``seed``. Each part is a
     ``LabelledSubset`` relabelled ``0..C'-1``; no class is in both.
     """
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
+    if not is_real(fraction) or not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction must be a number strictly between 0 and 1, got {fraction!r}")
     c = dataset.num_classes
     n_second = int(round(fraction * c))
@@ -128,9 +129,9 @@ def class_fold_split(dataset: DMLDataset, num_folds: int, fold: int) -> tuple[La
     order (fold ``k`` holds classes ``[k*C/F, (k+1)*C/F)``); model ``k`` trains
     on the other parts and is early-stopped on part ``k``.
     """
-    if isinstance(num_folds, bool) or not isinstance(num_folds, int) or num_folds < 2:
+    if not is_int(num_folds) or num_folds < 2:
         raise ValueError(f"num_folds must be an int >= 2, got {num_folds!r}")
-    if isinstance(fold, bool) or not isinstance(fold, int) or not 0 <= fold < num_folds:
+    if not is_int(fold) or not 0 <= fold < num_folds:
         raise ValueError(f"fold must be an int in 0..{num_folds - 1}, got {fold!r}")
     c = dataset.num_classes
     if c < num_folds:

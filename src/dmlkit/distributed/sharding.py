@@ -14,11 +14,12 @@ from typing import Any, Iterator
 
 import torch
 from torch.utils.data import Sampler
+from dmlkit.validation import is_int
 
 
 def _check_rank(rank: int, world_size: int) -> None:
     for name, value in (("rank", rank), ("world_size", world_size)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise ValueError(f"{name} must be an int, got {value!r}")
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
@@ -69,6 +70,6 @@ class ShardedBatchSampler(Sampler[list[int]]):
 def shard_indices(n: int, rank: int, world_size: int) -> torch.Tensor:
     """Indices ``rank, rank + world_size, ...`` of ``range(n)``: the shards are disjoint and cover it."""
     _check_rank(rank, world_size)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+    if not is_int(n) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
     return torch.arange(rank, n, world_size)

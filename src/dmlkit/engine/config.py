@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dmlkit.validation import is_int, is_real
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("none", "plateau", "step")
@@ -67,16 +68,16 @@ def check_train_values(t: TrainConfig) -> None:
 
     for key in _POSITIVE_INTS + _NON_NEGATIVE_INTS:
         value, low = getattr(t, key), (1 if key in _POSITIVE_INTS else 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or value > 2**40:
+        if not is_int(value) or value < low or value > 2**40:
             raise bad(key, value, f"an integer between {low} and 2**40")
-    if t.threads is not None and (isinstance(t.threads, bool) or not isinstance(t.threads, int) or not 1 <= t.threads <= 4096):
+    if t.threads is not None and (not is_int(t.threads) or not 1 <= t.threads <= 4096):
         raise bad("threads", t.threads, "an integer between 1 and 4096 (the run's intra-op CPU threads), or null for the "
                                         "shell's (OMP_NUM_THREADS, else one per core)")
     for key in ("lr", "head_lr", "loss_lr", "grad_clip"):
         value = getattr(t, key)
         if value is None and key != "lr":
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if not is_real(value) or not math.isfinite(value) or value <= 0:
             raise bad(key, value, "a finite number > 0" + ("" if key == "lr" else " (or null)"))
     if not isinstance(t.weight_decay, (int, float)) or not math.isfinite(t.weight_decay) or t.weight_decay < 0:
         raise bad("weight_decay", t.weight_decay, "a finite number >= 0")
@@ -119,12 +120,12 @@ class EvalConfig:
     def __post_init__(self) -> None:
         if self.embedding not in ("features", "classifier"):
             raise ValueError(f"eval.embedding must be 'features' or 'classifier', got {self.embedding!r}")
-        if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+        if not self.ks or any(not is_int(k) or k < 1 for k in self.ks):
             raise ValueError(f"eval.ks must be a non-empty list of positive integers (the K of each R@K), e.g. [1, 2, 4, 8]; got {self.ks!r}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if not is_int(self.batch_size) or self.batch_size < 1:
             raise ValueError(f"eval.batch_size must be a positive integer, got {self.batch_size!r}")
         cap = self.val_max_per_class
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 2):
+        if cap is not None and (not is_int(cap) or cap < 2):
             raise ValueError(f"eval.val_max_per_class must be an integer >= 2 (images per validation class) or null, got {cap!r}")
 
 

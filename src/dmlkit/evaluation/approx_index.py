@@ -48,6 +48,7 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+from dmlkit.validation import is_int
 
 __all__ = [
     "APPROX_METHODS", "IndexPlan", "TunePoint", "default_nlist", "plan_index", "build_index", "load_index", "recall_at_1", "tune_search",
@@ -87,7 +88,7 @@ class IndexPlan:
 
 
 def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_int(value, numpy=True) or value < 1:
         raise ValueError(f"approx_params['{name}'] must be a positive integer; got {value!r}")
     return int(value)
 

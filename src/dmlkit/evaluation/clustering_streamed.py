@@ -36,6 +36,7 @@ import numpy as np
 
 from dmlkit.evaluation.clustering import nmi, pairwise_f1
 from dmlkit.evaluation.retrieval import check_labels
+from dmlkit.validation import is_int, is_real
 
 __all__ = ["clustering_metrics_from_file"]
 
@@ -73,7 +74,7 @@ def _rows(arr: np.ndarray, index: np.ndarray | slice, where: str) -> np.ndarray:
 
 def clustering_plan(n: int, d: int, k: int, budget_mb: float, sample_size: int | None = None) -> tuple[int, int]:
     """``(s, b)``: k-means sample size and assignment block rows for ``n`` rows of dimension ``d``, ``k`` clusters."""
-    if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
+    if not is_real(budget_mb) or not budget_mb > 0:
         raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
     if not 1 <= k <= n:
         raise ValueError(f"cannot make {k} clusters of {n} rows; pass one label per row with at most n distinct labels")
@@ -82,7 +83,7 @@ def clustering_plan(n: int, d: int, k: int, budget_mb: float, sample_size: int |
     if sample_size is None:
         s = min(n, POINTS_PER_CENTROID * k, max(k, rows_left // 2))
     else:
-        if isinstance(sample_size, bool) or not isinstance(sample_size, (int, np.integer)) or sample_size < k:
+        if not is_int(sample_size, numpy=True) or sample_size < k:
             raise ValueError(f"sample_size must be an integer of at least the {k} clusters; got {sample_size!r}")
         s = min(n, int(sample_size))
     b = min(n, rows_left - s)

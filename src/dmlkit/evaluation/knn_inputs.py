@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from dmlkit.validation import is_int
 
 
 class EmbeddingSource:
@@ -105,7 +106,7 @@ def _non_finite(name: str) -> ValueError:
 
 def check_k(k: object, n_reference: int, exclude_self: bool) -> int:
     """``k`` as an int between 1 and the number of candidate references."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+    if not is_int(k, numpy=True):
         raise ValueError(f"k must be a positive integer; got {k!r}")
     available = n_reference - int(exclude_self)
     if k < 1 or k > available:

@@ -64,6 +64,7 @@ import torch
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, exact_neighbours
 from dmlkit.evaluation.knn_device import DeviceEmbeddings, check_same_device, device_neighbours, on_accelerator
 from dmlkit.evaluation.knn_inputs import EmbeddingSource, check_block_bytes, check_pair
+from dmlkit.validation import is_int
 
 __all__ = ["retrieval_metrics", "metric_names"]
 
@@ -111,7 +112,7 @@ def check_ks(ks: Iterable[int]) -> tuple[int, ...]:
     except TypeError:
         raise ValueError(f"ks must be a sequence of positive integers; got {ks!r}") from None
     for k in out:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        if not is_int(k, numpy=True) or k < 1:
             raise ValueError(f"ks must contain positive integers; got {k!r} in {out!r}")
     return tuple(dict.fromkeys(int(k) for k in out))  # unique, in order
 

@@ -80,6 +80,7 @@ from dmlkit.evaluation.retrieval import (
     per_query_values,
     retrieval_metrics,
 )
+from dmlkit.validation import is_real
 
 __all__ = ["sharded_retrieval_metrics", "MIN_BLOCK_ROWS"]
 
@@ -247,7 +248,7 @@ class _Shard:
     def __init__(self, query: Any, query_labels: Any, reference: Any, reference_labels: Any, ks: Sequence[int],
                  query_ids: Any, reference_ids: Any, ref_includes_query: bool, budget_mb: float) -> None:
         self.ks = check_ks(ks)
-        if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
+        if not is_real(budget_mb) or not budget_mb > 0:
             raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
         self.budget_mb = float(budget_mb)
         self.q = _float_matrix(query, "query")

@@ -64,6 +64,7 @@ from dmlkit.evaluation.approx_index import (
 from dmlkit.evaluation.clustering_streamed import clustering_metrics_from_file
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, knn_search
 from dmlkit.evaluation.retrieval import MetricSums, check_ks, check_labels, metric_names
+from dmlkit.validation import is_int, is_real
 
 __all__ = ["retrieval_metrics_from_file", "clustering_metrics_from_file", "nearest_distances_from_file", "APPROX_METHODS"]
 
@@ -154,7 +155,7 @@ def nearest_distances_from_file(embeddings: str | Path | np.ndarray, ids: Any, *
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= n):
         raise ValueError(f"ids must be row numbers in 0..{n - 1}")
-    if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
+    if not is_real(budget_mb) or not budget_mb > 0:
         raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
     budget = int(budget_mb * 2**20)
     tile = min(DEFAULT_MAX_BLOCK_BYTES, budget // 4)
@@ -163,7 +164,7 @@ def nearest_distances_from_file(embeddings: str | Path | np.ndarray, ids: Any, *
 
 def _check_samples(**sizes: Any) -> None:
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if not is_int(value, numpy=True) or value < 1:
             raise ValueError(f"{name} must be a positive number of queries; got {value!r} (1000 is usual)")
 
 
@@ -175,7 +176,7 @@ def _approx_setup(
     n, d = arr.shape
     params = dict(approx_params or {})
     _check_samples(recall_sample=recall_sample, tune_sample=tune_sample)
-    if isinstance(target_recall, bool) or not isinstance(target_recall, (int, float)) or not 0 < target_recall <= 1:
+    if not is_real(target_recall) or not 0 < target_recall <= 1:
         raise ValueError(f"target_recall must be in (0, 1]; got {target_recall!r} (0.95 is usual)")
     if index_file is not None:
         index = load_index(index_file, n, d)
@@ -266,7 +267,7 @@ def retrieval_metrics_from_file(
     y = check_labels(labels, "labels", n, "embeddings")
     if y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0):
         raise ValueError("labels must be integer class ids; got fractional values")
-    if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
+    if not is_real(budget_mb) or not budget_mb > 0:
         raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
     _, codes = np.unique(y, return_inverse=True)
     codes = codes.reshape(-1).astype(np.int64)

@@ -25,6 +25,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from dmlkit.validation import is_int
 
 __all__ = ["per_class_means", "zero_shot_attribute_eval"]
 
@@ -70,7 +71,7 @@ def zero_shot_attribute_eval(
             f"attributes (N, m), embeddings (N, d) and labels (N,) must share N, got {tuple(attributes.shape)}, "
             f"{tuple(embeddings.shape)} and {tuple(labels.shape)}"
         )
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+    if not is_int(repeats) or repeats < 1:
         raise ValueError(f"repeats must be a positive integer (1000 in the thesis), got {repeats!r}")
     if not (isinstance(ridge, (int, float)) and math.isfinite(ridge) and ridge > 0):
         raise ValueError(f"ridge (eps of P3) must be a positive number, got {ridge!r}")

@@ -26,6 +26,7 @@ from pytorch_metric_learning.utils import common_functions as c_f
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from dmlkit.losses.registry import register_loss
+from dmlkit.validation import is_int
 
 
 class L2SoftmaxLoss(WeightRegularizerMixin, BaseMetricLossFunction):
@@ -33,7 +34,7 @@ class L2SoftmaxLoss(WeightRegularizerMixin, BaseMetricLossFunction):
 
     def __init__(self, num_classes: int, embedding_size: int, alpha: float = 16.0, learn_alpha: bool = False, **kwargs: Any) -> None:
         for name, value in (("num_classes", num_classes), ("embedding_size", embedding_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not alpha > 0:
             raise ValueError(f"alpha (the feature radius) must be > 0, got {alpha!r}")

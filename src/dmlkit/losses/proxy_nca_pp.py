@@ -20,6 +20,7 @@ from typing import Any
 from pytorch_metric_learning import losses as pml_losses
 
 from dmlkit.losses.registry import register_loss
+from dmlkit.validation import is_real
 
 
 @register_loss("proxy_nca_pp", builds=pml_losses.ProxyNCALoss)
@@ -31,7 +32,7 @@ def proxy_nca_pp(
     Default ``temperature = 0.1`` (thesis Sec. 3.3.2.1). Use with ``train.loss_lr = 100 * train.lr``
     (fast proxies, thesis: "learning rate multiplier of 100 for the proxies").
     """
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
+    if not is_real(temperature) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"proxy_nca_pp temperature must be a finite number > 0 (thesis: 0.1), got {temperature!r}")
     if "softmax_scale" in options:
         raise ValueError("proxy_nca_pp takes temperature (softmax_scale = 1/temperature); do not pass softmax_scale")

@@ -51,6 +51,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from dmlkit.validation import is_int, is_real
 
 __all__ = [
     "ZeroShotPredictionLoss",
@@ -179,16 +180,16 @@ class ZeroShotPredictionLoss(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("num_classes", num_classes), ("num_prototypes", num_prototypes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         dim = num_prototypes if embedding_dim is None else embedding_dim
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        if not is_int(dim) or dim < 1:
             raise ValueError(f"embedding_dim must be a positive int or None (= num_prototypes), got {embedding_dim!r}")
         if not 0.0 < float(mu) <= 1.0:
             raise ValueError(f"mu must lie in (0, 1], got {mu}")
         if not ridge > 0:
             raise ValueError(f"ridge must be positive, got {ridge}")
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+        if not is_real(scale) or not (math.isfinite(scale) and scale > 0):
             raise ValueError(f"scale must be a positive number (9.5 in the author's code, 1 for Eq. 5.2.4 as written), got {scale!r}")
         self.scale = float(scale)
         self.num_prototypes = num_prototypes

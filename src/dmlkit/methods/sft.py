@@ -55,6 +55,7 @@ from dmlkit.distributed import shard_indices
 from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.engine.objective import ObjectiveTerm
 from dmlkit.methods.base import BuildContext, Method
+from dmlkit.validation import is_int
 
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
@@ -158,7 +159,7 @@ class CenterInit(Callback):
     """
 
     def __init__(self, generator: FeatureGenerator, train_set: Any, batch_size: int, num_workers: int = 0) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int (eval.batch_size in a config), got {batch_size!r}")
         self.generator = generator
         self.train_set = train_set.with_augment(False) if hasattr(train_set, "with_augment") else train_set

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.methods.base import Method
+from dmlkit.validation import is_int
 
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
@@ -50,7 +51,7 @@ class Warmup(Method):
 
     def __init__(self, cfg: "ExperimentConfig") -> None:
         steps = cfg.train.warmup_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        if not is_int(steps) or steps < 0:
             raise ValueError(f"train.warmup_steps must be an int >= 0 (steps training only the head), got {steps!r}")
         self.steps, self.body_lr = steps, cfg.train.lr
 

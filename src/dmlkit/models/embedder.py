@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from dmlkit.validation import is_int
 
 __all__ = ["HEADS", "NORMALIZATIONS", "Embedder", "EmbedderOutput", "lipschitz_normalize", "normalize_embeddings"]
 
@@ -167,6 +168,6 @@ class Embedder(nn.Module):
 
 def local_projection_conv(in_channels: int, out_channels: int) -> nn.Conv2d:
     """The per-pixel linear embedding of local features (thesis Sec. 5.2.4): a 1x1 convolution."""
-    if isinstance(out_channels, bool) or not isinstance(out_channels, int) or out_channels < 1:
+    if not is_int(out_channels) or out_channels < 1:
         raise ValueError(f"model.local_dim must be a positive integer or null, got {out_channels!r}")
     return nn.Conv2d(in_channels, out_channels, kernel_size=1)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dmlkit.pooling.registry import register_pooling
+from dmlkit.validation import is_int
 
 __all__ = ["AttentionPool", "attention_pool"]
 
@@ -50,7 +51,7 @@ class AttentionPool(nn.Module):
     def __init__(self, dim: int, hidden_dim: int | None = None) -> None:
         super().__init__()
         hidden = dim if hidden_dim is None else hidden_dim
-        if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 1:
+        if not is_int(hidden) or hidden < 1:
             raise ValueError(f"attention hidden_dim must be a positive integer, got {hidden_dim!r}")
         self.dim = dim
         self.hidden_dim = hidden

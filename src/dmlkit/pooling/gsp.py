@@ -52,6 +52,7 @@ from dmlkit.pooling.gsp_transport import (
     transport_grad,
 )
 from dmlkit.pooling.registry import register_pooling
+from dmlkit.validation import is_int
 
 __all__ = [
     "GSP",
@@ -234,7 +235,7 @@ class GSP(nn.Module):
         check_normalization(normalization)
         if init not in PROTOTYPE_INITS:
             raise ValueError(f"GSP init must be one of {', '.join(PROTOTYPE_INITS)}, got {init!r}")
-        if isinstance(num_prototypes, bool) or not isinstance(num_prototypes, int) or num_prototypes < 1:
+        if not is_int(num_prototypes) or num_prototypes < 1:
             raise ValueError(f"GSP num_prototypes must be a positive integer, got {num_prototypes!r}")
         if num_prototypes > MAX_PROTOTYPES:
             raise ValueError(

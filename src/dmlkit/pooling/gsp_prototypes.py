@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from dmlkit.validation import is_int
 
 __all__ = ["PROTOTYPE_INITS", "PrototypeMemory", "kcenter_prototypes"]
 
@@ -49,9 +50,9 @@ class PrototypeMemory(nn.Module):
 
     def __init__(self, size: int, dim: int, skip: int = 0) -> None:
         super().__init__()
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        if not is_int(size) or size < 1:
             raise ValueError(f"GSP memory_size must be a positive integer (pooled vectors kept for k-centre), got {size!r}")
-        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        if not is_int(skip) or skip < 0:
             raise ValueError(f"GSP warmup_steps must be an integer >= 0 (batches before the memory fills), got {skip!r}")
         self.size, self.skip = size, skip
         self.register_buffer("rows", torch.zeros(size, dim))

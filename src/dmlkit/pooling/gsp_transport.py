@@ -79,6 +79,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
+from dmlkit.validation import is_int
 
 __all__ = ["gsp_transport", "gsp_transport_unrolled"]  # the layer uses the rest (solve_transport, transport_grad, ...)
 
@@ -101,7 +102,7 @@ def check_params(mu: float, eps: float, iters: int) -> None:
         raise ValueError(f"GSP mu (the transported mass fraction) must be in (0, 1], got {mu!r}; mu=1 is GAP")
     if not isinstance(eps, (int, float)) or not float(eps) > 0.0 or not math.isfinite(float(eps)):
         raise ValueError(f"GSP eps (inverse entropy smoothing) must be a positive finite number, got {eps!r}")
-    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+    if not is_int(iters) or iters < 1:
         raise ValueError(f"GSP iters (iterations of Proposition 5.2.1) must be a positive integer, got {iters!r}")
 
 

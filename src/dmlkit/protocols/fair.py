@@ -21,6 +21,7 @@ from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
 from dmlkit.protocols.conventional import seed_metrics
 from dmlkit.protocols.runs import Obtain
 from dmlkit.protocols.table import SEED_KEY, summarise
+from dmlkit.validation import is_int
 
 
 class _Concatenation:
@@ -54,7 +55,7 @@ def run_fair(
     """
     from dmlkit.assemble import embed_run
 
-    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 2:
+    if not is_int(folds) or folds < 2:
         raise ValueError(f"the fair protocol needs folds >= 2, got {folds!r}")
     separated, concatenated = [], []
     for seed in seeds:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Sequence, TypeVar
 from dmlkit.config import ExperimentConfig, config_differences, dump_config, load_config
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.interrupts import RunsInterrupted
+from dmlkit.validation import is_int
 
 Summary = Optional[dict[str, Any]]
 Obtain = Callable[[ExperimentConfig, Path], Summary]
@@ -161,7 +162,7 @@ def train_in_parallel(runs: list[tuple[str, Path]], jobs: int) -> list[str]:
     """
     from dmlkit.engine.signals import StopSignals
 
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+    if not is_int(jobs) or jobs < 1:
         raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
     errors: list[str] = []
     counts = {"done": 0, "interrupted": 0, "cancelled": 0}

@@ -39,6 +39,7 @@ from torch import Tensor, nn
 
 from dmlkit.models.embedder import NORMALIZATIONS, normalize_embeddings
 from dmlkit.proxies.kcenter import select_per_class
+from dmlkit.validation import is_int
 
 __all__ = ["ProxyBank", "ProxyPairLoss", "group_by_class"]
 
@@ -79,7 +80,7 @@ class ProxyBank(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("num_classes", num_classes), ("proxies_per_class", proxies_per_class), ("dim", dim)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         for name, value in (("normalize", normalize), ("pool_normalize", pool_normalize)):
             if value not in NORMALIZATIONS:

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from dmlkit.models.embedder import NORMALIZATIONS
+from dmlkit.validation import is_real
 
 __all__ = ["CCPConfig"]
 
@@ -89,12 +90,12 @@ class CCPConfig:
         for key, hint in (("lam", "the thesis uses 2e-4"), ("first_projection_lambda", "the official code uses 0"),
                           ("batch_loss_weight", "official 0.1, thesis text 0")):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if not is_real(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"ccp.{key} must be a finite number >= 0 ({hint}), got {value!r}")
         if self.max_projections is not None and not _positive_int(self.max_projections):
             raise ValueError(f"ccp.max_projections must be a positive int or null, got {self.max_projections!r}")
         mult = self.proxy_lr_mult
-        if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not math.isfinite(mult) or mult <= 0:
+        if not is_real(mult) or not math.isfinite(mult) or mult <= 0:
             raise ValueError(f"ccp.proxy_lr_mult must be a finite number > 0, got {mult!r}")
         if self.proxy_normalize not in NORMALIZATIONS:
             raise ValueError(f"ccp.proxy_normalize must be one of {NORMALIZATIONS}, got {self.proxy_normalize!r}")

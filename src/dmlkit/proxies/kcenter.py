@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from dmlkit.validation import is_int
 
 __all__ = ["batched_greedy_k_center", "greedy_k_center", "sample_class_pool", "select_per_class"]
 
@@ -46,7 +47,7 @@ def batched_greedy_k_center(
     if points.dim() != 3:
         raise ValueError(f"points must have shape (C, b, d), got {tuple(points.shape)}")
     c, b, _ = points.shape
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+    if not is_int(k) or k < 0:
         raise ValueError(f"k must be a non-negative int, got {k!r}")
     valid = torch.ones(c, b, dtype=torch.bool, device=points.device) if mask is None else mask.to(torch.bool)
     if valid.shape != (c, b):
@@ -104,7 +105,7 @@ def sample_class_pool(labels: Tensor, num_classes: int, pool_size: int, generato
     A class with fewer samples than ``pool_size`` contributes all of them, in random order,
     and its row is padded with ``-1``.
     """
-    if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+    if not is_int(pool_size) or pool_size < 1:
         raise ValueError(f"pool_size must be a positive int, got {pool_size!r}")
     labels = labels.cpu()
     pool = torch.full((num_classes, pool_size), -1, dtype=torch.long)

@@ -20,6 +20,7 @@ import math
 
 import torch
 from torch import Tensor, nn
+from dmlkit.validation import is_real
 
 __all__ = ["ProjectionRegularizer"]
 
@@ -37,7 +38,7 @@ class ProjectionRegularizer(nn.Module):
 
     def __init__(self, model: nn.Module, lam: float) -> None:
         super().__init__()
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
+        if not is_real(lam) or not math.isfinite(lam) or lam < 0:
             raise ValueError(f"lam must be a finite number >= 0 (the thesis uses 2e-4), got {lam!r}")
         self.lam = float(lam)
         object.__setattr__(self, "_model", model)  # a reference, not a submodule: the model owns its parameters

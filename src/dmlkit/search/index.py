@@ -35,6 +35,7 @@ import numpy as np
 
 from dmlkit.evaluation.approx_index import default_nlist, tune_search
 from dmlkit.io import atomic_write, remove_stale_temporaries, write_json_atomic
+from dmlkit.validation import is_int
 
 __all__ = ["IndexConfig", "MODES", "SearchIndex", "recall_at_k"]
 
@@ -63,7 +64,7 @@ class IndexConfig:
             value = getattr(self, name)
             if value is None and name in TUNED:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 flag = f" ({CLI_FLAGS[name]})" if name in CLI_FLAGS else ""
                 raise ValueError(f"index {name}{flag} must be a positive integer, got {value!r}")
 
@@ -103,7 +104,7 @@ class SearchIndex:
     meta: dict[str, Any] = field(default_factory=dict)  # paths, labels, run_dir, recall, ...
 
     def __post_init__(self) -> None:
-        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or self.dim < 1:
+        if not is_int(self.dim) or self.dim < 1:
             raise ValueError(f"index dim must be a positive integer, got {self.dim!r}")
         self._index = self._new_index()
 
@@ -160,7 +161,7 @@ class SearchIndex:
     ) -> "SearchIndex":
         """Index ``embeddings``; approximate modes also measure ``recall@recall_k`` (see the module docstring)."""
         for name, value in (("recall_k (--recall-k)", recall_k), ("recall_sample (--recall-sample)", recall_sample)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r} (it sizes the recall measurement)")
         x = _as_matrix(embeddings, None, "embeddings")
         config = dataclasses.replace(config or IndexConfig())
@@ -211,7 +212,7 @@ class SearchIndex:
     # ------------------------------------------------------------- searching
     def search(self, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
         """``(distances, ids)``, each ``(Q, k')`` with ``k' = min(k, len(self))``: Euclidean distances, ascending."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if not is_int(k) or k < 1:
             raise ValueError(f"k must be a positive integer, got {k!r}")
         if self.ntotal == 0:
             raise ValueError("the index is empty; add embeddings first")
@@ -221,7 +222,7 @@ class SearchIndex:
 
     def vector(self, row: int) -> np.ndarray:
         """The stored embedding of row ``row`` (``(d,)`` float32)."""
-        if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self.ntotal:
+        if not is_int(row) or not 0 <= row < self.ntotal:
             raise ValueError(f"row must be an id in 0..{self.ntotal - 1}, got {row!r}")
         if self.config.mode == "ivf" and not getattr(self, "_direct_map", False):
             self._index.make_direct_map()

@@ -76,6 +76,7 @@ from dmlkit.pooling.gsp_costs import COST_NORMALIZATIONS, check_normalization
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS
 from dmlkit.protocols.table import markdown_grid
 from dmlkit.studies.paired_runs import paired_differences
+from dmlkit.validation import is_int
 
 __all__ = ["SyntheticStudyConfig", "TokenBagModel", "VARIANTS", "main", "run_study", "train_variant"]
 
@@ -113,9 +114,9 @@ class SyntheticStudyConfig:
         for name in ("token_dim", "samples_per_class", "steps_per_epoch", "max_epochs", "patience", "eval_per_class",
                      "memory_size"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+        if not is_int(self.warmup_steps) or self.warmup_steps < 0:
             raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
         check_normalization(self.normalization)
         if self.prototype_init not in PROTOTYPE_INITS:

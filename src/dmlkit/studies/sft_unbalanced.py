@@ -70,6 +70,7 @@ from dmlkit.engine.optim import parameter_groups
 from dmlkit.losses import create_loss
 from dmlkit.models import ModelConfig, build_embedder
 from dmlkit.protocols.table import format_mean_std, markdown_grid, mean_std
+from dmlkit.validation import is_int
 
 __all__ = [
     "METHODS",
@@ -128,7 +129,7 @@ class UnbalancedSplit:
 
 
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
 

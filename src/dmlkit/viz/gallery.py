@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from dmlkit.evaluation import knn_search  # noqa: E402
+from dmlkit.validation import is_int
 
 QUERY_COLOUR = "#1f3fbf"
 CORRECT_COLOUR = "#00a000"
@@ -40,7 +41,7 @@ def choose_queries(labels: torch.Tensor, n: int, seed: int = 0) -> torch.Tensor:
     Raises ``ValueError`` when ``n`` is not positive or exceeds the number of images.
     """
     labels = torch.as_tensor(labels).reshape(-1)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(labels):
+    if not is_int(n) or not 1 <= n <= len(labels):
         raise ValueError(f"the number of queries must be an integer in [1, {len(labels)}] (the images of the split), got {n!r}")
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed)).tolist()
     values, counts = torch.unique(labels, return_counts=True)
@@ -64,7 +65,7 @@ def nearest_neighbours(embeddings: torch.Tensor, query_idx: torch.Tensor, k: int
     index, as ``retrieval_metrics`` does, so a duplicate image at another index is still found.
     """
     n = len(embeddings)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n - 1:
+    if not is_int(k) or not 1 <= k <= n - 1:
         raise ValueError(f"k must be an integer in [1, {n - 1}] (the other images of the split), got {k!r}")
     query_idx = torch.as_tensor(query_idx, dtype=torch.long).reshape(-1)
     found = knn_search(embeddings[query_idx], min(k + 1, n), reference=embeddings, exclude_self=False)

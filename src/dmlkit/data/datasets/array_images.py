@@ -30,6 +30,7 @@ from torch import Tensor
 from dmlkit.data.datasets.base import DMLDataset, _as_index_list
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.data.transforms.eval_preprocess import ImagePreprocess
+from dmlkit.validation import is_int
 
 __all__ = ["ArrayImageDataset", "ImageArrays"]
 
@@ -67,7 +68,7 @@ class ArrayImageDataset(DMLDataset):
     ) -> None:
         if split not in self.SPLITS:
             raise ValueError(f"unknown split '{split}' of dataset '{self.NAME}'; valid splits are: {', '.join(self.SPLITS)}")
-        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 8:
+        if not is_int(image_size) or image_size < 8:
             raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
         check_seed(seed)
         self.split, self.seed, self.augment, self.image_size = split, seed, bool(augment), image_size
@@ -77,7 +78,7 @@ class ArrayImageDataset(DMLDataset):
         labels = np.asarray(data.labels, dtype=np.int64)
         names, cats = list(data.class_names), list(data.class_categories)
         if max_classes is not None:
-            if isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1:
+            if not is_int(max_classes) or max_classes < 1:
                 raise ValueError(f"max_classes must be a positive int or None, got {max_classes!r}")
             keep = labels < max_classes
             data.images, labels = data.images[keep], labels[keep]

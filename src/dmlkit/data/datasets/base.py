@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
+from dmlkit.validation import is_int
 
 if TYPE_CHECKING:
     from dmlkit.data.transforms.eval_preprocess import ImagePreprocess
@@ -97,7 +98,7 @@ class DMLDataset(Dataset):
         workers start for persistent workers to see the new epoch (the Trainer does); otherwise recreate
         the loader each epoch.
         """
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        if not is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
         self.epoch = epoch
 

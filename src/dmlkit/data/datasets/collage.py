@@ -56,6 +56,7 @@ from dmlkit.data.datasets.glyphs import (
 )
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.data.transforms.glyph_augment import GlyphAugment, GlyphAugmentConfig
+from dmlkit.validation import is_int
 
 __all__ = ["CLASS_POOLS", "GlyphCollageDataset", "collage_candidates", "collage_layout"]
 
@@ -64,7 +65,7 @@ CLASS_POOLS = ("glyphs", "testbed")
 
 
 def _check_count(name: str, value: object, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise ValueError(f"glyph_collage {name} must be an int >= {minimum}, got {value!r}")
     return value
 
@@ -169,7 +170,7 @@ class GlyphCollageDataset(StoredGlyphImages):
     ) -> None:
         if split not in self.SPLITS:
             raise ValueError(f"unknown glyph_collage split '{split}'; valid splits are: {', '.join(self.SPLITS)}")
-        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 16 or image_size % 2:
+        if not is_int(image_size) or image_size < 16 or image_size % 2:
             raise ValueError(f"glyph_collage image_size must be an even int >= 16 (2 x 2 cells), got {image_size!r}")
         for name, value, minimum in (
             ("per_class", per_class, 1), ("train_classes", train_classes, 1), ("val_classes", val_classes, 0),

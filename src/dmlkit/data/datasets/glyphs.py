@@ -84,6 +84,7 @@ from dmlkit.data.datasets.glyph_render import (
 from dmlkit.data.seeding import check_seed
 from dmlkit.data.transforms.eval_preprocess import ImagePreprocess
 from dmlkit.data.transforms.glyph_augment import GlyphAugment, GlyphAugmentConfig
+from dmlkit.validation import is_int
 
 GLYPHS_VERSION = "2"
 REFERENCE_SIZE = 32
@@ -370,7 +371,7 @@ def _load(path: Path, image_size: int, fingerprint: str) -> GlyphTable | None:
 
 
 def _check_size(image_size: int) -> int:
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 8:
+    if not is_int(image_size) or image_size < 8:
         raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
     return image_size
 
@@ -495,7 +496,7 @@ class GlyphsDataset(StoredGlyphImages):
         if split not in self.SPLITS:
             raise ValueError(f"unknown glyphs split '{split}'; valid splits are: {', '.join(self.SPLITS)}")
         if max_classes is not None and (
-            isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1
+            not is_int(max_classes) or max_classes < 1
         ):
             raise ValueError(f"max_classes must be a positive int or None, got {max_classes!r}")
         check_seed(seed)

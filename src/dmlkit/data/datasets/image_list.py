@@ -42,6 +42,7 @@ from dmlkit.data.transforms.eval_preprocess import ImagePreprocess, draft_jpeg
 from dmlkit.data.transforms.image_crops import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, PaperTransformConfig, TrainTransform
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices
+from dmlkit.validation import is_int
 
 __all__ = ["AnnotatedSplit", "ImageListDataset", "default_resize", "first_half_split", "read_rows"]
 
@@ -234,7 +235,7 @@ class ImageListDataset(DMLDataset):
 
 
 def _first_classes(data: AnnotatedSplit, max_classes: int) -> AnnotatedSplit:
-    if isinstance(max_classes, bool) or not isinstance(max_classes, int) or max_classes < 1:
+    if not is_int(max_classes) or max_classes < 1:
         raise ValueError(f"max_classes must be a positive int or None, got {max_classes!r}")
     keep = [i for i, c in enumerate(data.classes) if c < max_classes]
     return AnnotatedSplit(

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from dmlkit.validation import is_int
 
 __all__ = ["TokenSpec", "balanced_labels", "sample_token_bags"]
 
@@ -37,7 +38,7 @@ class TokenSpec:
     def __post_init__(self) -> None:
         for name in ("num_classes", "class_tokens", "background_tokens", "tokens_per_sample"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"TokenSpec.{name} must be a positive int, got {value!r}")
         if not 0.0 <= self.class_fraction_mean <= 1.0 or self.class_fraction_std < 0:
             raise ValueError("TokenSpec.class_fraction_mean must lie in [0, 1] and class_fraction_std be >= 0")

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import torch
 from torch import Tensor
+from dmlkit.validation import is_int
 
 #: The row name of classes without a category (``class_categories == -1``).
 NO_CATEGORY = "(none)"
@@ -55,7 +56,7 @@ def count_draws(sampler: Any, num_batches: int) -> Tensor:
 
     The sampler is iterated as the trainer does (``set_epoch(e)`` then ``iter``); its epoch is restored after.
     """
-    if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 1:
+    if not is_int(num_batches) or num_batches < 1:
         raise ValueError(f"num_batches must be a positive int, got {num_batches!r}")
     counts: dict[int, int] = {}
     start, epoch, seen = getattr(sampler, "epoch", 0), 0, 0

@@ -64,6 +64,7 @@ from torch import Tensor
 from dmlkit.data.samplers.m_per_class import EpochBatchSampler
 
 from dmlkit.data.seeding import check_seed, make_generator
+from dmlkit.validation import is_int
 
 __all__ = ["RandomClassBatchSampler", "HardCategoryBatchSampler"]
 
@@ -79,12 +80,12 @@ def _as_labels(labels: Sequence[int] | Tensor | np.ndarray, name: str = "labels"
 
 
 def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _check_optional_positive_int(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+    if value is not None and (not is_int(value) or value < 1):
         raise ValueError(f"{name} must be a positive int or None, got {value!r}")
 
 

@@ -17,6 +17,7 @@ from torch import Tensor
 from torch.utils.data import Sampler
 
 from dmlkit.data.seeding import check_seed, make_generator
+from dmlkit.validation import is_int
 
 
 class EpochBatchSampler(Sampler[list[int]]):
@@ -34,7 +35,7 @@ class EpochBatchSampler(Sampler[list[int]]):
         raise NotImplementedError
 
     def set_epoch(self, epoch: int) -> None:
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        if not is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
         self.epoch = epoch
 
@@ -90,7 +91,7 @@ class MPerClassBatchSampler(EpochBatchSampler):
             raise ValueError(f"labels must be integers, got dtype {lab.dtype}")
         lab = lab.long()
         for name, value in (("batch_size", batch_size), ("m", m)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if batch_size % m:
             raise ValueError(
@@ -106,7 +107,7 @@ class MPerClassBatchSampler(EpochBatchSampler):
             )
         if batches_per_epoch is None:
             batches_per_epoch = max(1, lab.numel() // batch_size)
-        elif isinstance(batches_per_epoch, bool) or not isinstance(batches_per_epoch, int) or batches_per_epoch < 1:
+        elif not is_int(batches_per_epoch) or batches_per_epoch < 1:
             raise ValueError(f"batches_per_epoch must be a positive int or None, got {batches_per_epoch!r}")
         check_seed(seed)
 

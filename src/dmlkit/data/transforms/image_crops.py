@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from PIL import Image
 from torch import Tensor
+from dmlkit.validation import is_int
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -69,9 +70,9 @@ class PaperTransformConfig:
     std: tuple[float, ...] = IMAGENET_STD
 
     def __post_init__(self) -> None:
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
+        if not is_int(self.size) or self.size < 1:
             raise ValueError(f"size must be a positive int, got {self.size!r}")
-        if isinstance(self.resize, bool) or not isinstance(self.resize, int) or self.resize < self.size:
+        if not is_int(self.resize) or self.resize < self.size:
             raise ValueError(f"resize ({self.resize!r}) must be an int >= size ({self.size}): the crop is taken from the resized image")
         if not 0 < self.scale[0] <= self.scale[1] <= 1:
             raise ValueError(f"scale must be (lo, hi) with 0 < lo <= hi <= 1, got {self.scale}")
