@@ -64,14 +64,6 @@ class CrossBatchMemoryLoss(CrossBatchMemory):
         self.start_iteration = start_iteration
         self.iteration = 0
 
-    @classmethod
-    def check_loss_support(cls, loss_name: str) -> None:
-        if loss_name not in cls.supported_losses():
-            raise ValueError(
-                f"cross-batch memory does not support {loss_name}; "
-                f"it supports pair and tuple losses: {', '.join(cls.supported_losses())}"
-            )
-
     def forward(  # type: ignore[override]
         self,
         embeddings: torch.Tensor,

@@ -21,7 +21,7 @@ into a run through its hooks:
   ``theta`` and the proxies (``remember``). When a projection ends: ``theta* <-`` that best
   ``theta``, ``rho* <-`` those best proxies, and the network trains on from its *current* weights
   (the official ``AlternatingProjectionCallback``; ``ccp.restore_best: true`` instead rolls the
-  network and proxies back to the run's ``best.pt`` first, dmlkit's former behaviour); then a pool
+  network and proxies back to the run's ``best.pt`` first); then a pool
   of ``pool_size`` training samples per class is embedded with the current network and the proxies
   are re-initialised with greedy k-centre picks measured from ``rho*`` in the pool's space
   (Algorithm 2); the proxies' optimiser state is cleared. ``lam`` is
@@ -218,7 +218,7 @@ class CCPCallback(Callback):
     def _roll_forward(self, trainer: TrainerView) -> None:
         """theta* and rho* <- the best state of the projection that just ended; start the next one."""
         ended = trainer.stopper.projections[-1]
-        if self.cfg.restore_best:  # the former behaviour: the network and proxies go back to best.pt
+        if self.cfg.restore_best:  # the network and proxies go back to best.pt
             trainer.fabric.barrier()  # several processes: rank 0 has written best.pt
             trainer.restore_best()
             self.regularizer.snapshot()

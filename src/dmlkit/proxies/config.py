@@ -38,7 +38,7 @@ class CCPConfig:
             "Loss-Proxy" (a single proxy problem, no alternation, Fig. 3.7a), stopped exactly like
             its baseline; ``null``: no limit.
         restore_best: at a projection end, roll the network and the proxies back to the run's best
-            checkpoint before the next projection starts (dmlkit's former behaviour). Default false,
+            checkpoint before the next projection starts (a stricter reading of Algorithm 2). Default false,
             as the official code: theta* and rho* move to the projection's best state and the network
             trains on from its current weights.
         batch_loss_weight: ``w`` of the batch-pair term: the loss is ``w * L(batch, batch) +
