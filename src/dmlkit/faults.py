@@ -12,19 +12,23 @@ environment lookup. The points:
   checkpoint of that step;
 - ``final_test``: in training, when the test of the best weights begins.
 
-This is how ``tests/test_fault_injection.py`` places a ``kill -9`` exactly, instead of racing a
+``DMLKIT_FAULT_SIGNAL=ENOSPC`` raises the ``OSError`` of a full disk there instead of a signal, and
+``DMLKIT_FAULT_RANK=<r>`` limits the fault to the process of rank ``r`` (torchrun's ``RANK``; 0 without it),
+so that one process of several fails. This is how ``tests/test_fault_injection.py`` places a ``kill -9`` exactly, instead of racing a
 timer against the process. The only state is the per-process count of each point reached.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 
-__all__ = ["FAULT_ENV", "FAULT_SIGNAL_ENV", "fault_point"]
+__all__ = ["FAULT_ENV", "FAULT_RANK_ENV", "FAULT_SIGNAL_ENV", "fault_point"]
 
 FAULT_ENV = "DMLKIT_FAULT"
 FAULT_SIGNAL_ENV = "DMLKIT_FAULT_SIGNAL"
+FAULT_RANK_ENV = "DMLKIT_FAULT_RANK"
 
 _reached: dict[str, int] = {}  # point -> times reached in this process
 
@@ -46,7 +50,12 @@ def fault_point(name: str) -> None:
     point, count = _target(spec)
     if point != name:
         return
+    rank = os.environ.get(FAULT_RANK_ENV)
+    if rank is not None and rank != os.environ.get("RANK", "0"):
+        return
     _reached[name] = _reached.get(name, 0) + 1
     if _reached[name] == count:
-        signum = signal.Signals[f"SIG{os.environ.get(FAULT_SIGNAL_ENV, 'KILL').upper().removeprefix('SIG')}"]
-        os.kill(os.getpid(), signum)
+        kind = os.environ.get(FAULT_SIGNAL_ENV, "KILL").upper()
+        if kind == "ENOSPC":  # a full disk, as the write would report it
+            raise OSError(errno.ENOSPC, f"No space left on device (DMLKIT_FAULT at {name})")
+        os.kill(os.getpid(), signal.Signals[f"SIG{kind.removeprefix('SIG')}"])

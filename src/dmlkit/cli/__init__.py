@@ -72,6 +72,12 @@ def _run(args: argparse.Namespace) -> int:
         if isinstance(err, NonFiniteError):
             print(f"dmlkit {args.command}: error: {err}", file=sys.stderr)
             return 3
+        from dmlkit.engine.checkpoint import CheckpointWriteError
+        from dmlkit.engine.peers import PeerProcessLost
+
+        if isinstance(err, (PeerProcessLost, CheckpointWriteError)):
+            print(f"dmlkit {args.command}: error: {err}", file=sys.stderr)
+            return 4
         raise
 
 

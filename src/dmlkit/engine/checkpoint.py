@@ -16,6 +16,10 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, unreadable or belongs to another model."""
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (e.g. the disk is full); the previous file of that name is kept whole."""
+
+
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically: a crash leaves either the old file or the new one."""
     path = Path(path)

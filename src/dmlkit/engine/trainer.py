@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Sampler, Subset
 
 from dmlkit.distributed import ShardedBatchSampler, all_gather_no_grad, all_gather_with_grad, gather_shards, shard_indices
 from dmlkit.engine.callbacks import Callback
-from dmlkit.engine.checkpoint import load_checkpoint, load_model_state, non_finite_entries, save_checkpoint
+from dmlkit.engine.checkpoint import CheckpointWriteError, load_checkpoint, load_model_state, non_finite_entries, save_checkpoint
 from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.environment import check_resume, current_environment, read_environment
@@ -33,6 +33,7 @@ from dmlkit.engine.launch import check_precision, fabric_options
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.optim import build_optimizer, build_scheduler
 from dmlkit.engine.parts import RunParts
+from dmlkit.engine.peers import PeerProcessLost, is_peer_failure
 from dmlkit.engine.progress import TrainingProgress
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
@@ -217,6 +218,16 @@ class Trainer:
                 self.signals.stop_at_once = None  # the summary and plots are written whole
                 self._write_summary(summary)
             return summary
+        except RuntimeError as err:
+            fabric = getattr(self, "fabric", None)  # set in _setup
+            if fabric is None or fabric.world_size == 1 or not is_peer_failure(err):
+                raise
+            raise PeerProcessLost(
+                f"rank {self.fabric.global_rank} stopped at step {self.state.step}: a collective with the run's "
+                f"other processes failed, so one of them died or lost its connection (torchrun's report names the "
+                f"rank and its exit code). Nothing more is written; {self._kept_checkpoint()}. Resume with the same "
+                f"number of processes: {self._resume_command()}"
+            ) from err
         finally:
             self._loader = self._batches = None  # its persistent workers stop
             self.folder.release()
@@ -292,8 +303,23 @@ class Trainer:
     def _save(self, path: Path, state: dict[str, Any]) -> None:
         """Write a checkpoint from rank 0 only (every process holds the same state); never one with NaN or Inf."""
         self._check_finite_weights()
-        if self.fabric.is_global_zero:
+        if not self.fabric.is_global_zero:
+            return
+        try:
             save_checkpoint(path, state)
+        except OSError as err:  # a full disk, a quota, a lost mount: the atomic write left the old file whole
+            kept = "the previous one is kept whole" if path.is_file() else "none was written before"
+            raise CheckpointWriteError(
+                f"could not write {path.name} at step {self.state.step} ({err.strerror or err}); {kept}. Free space "
+                f"in '{path.parent}' (a checkpoint takes about {estimate_checkpoint_bytes(self.parts.model, self.parts.objective, 2) // 2**20 + 1} MB), "
+                f"then resume: {self._resume_command()}"
+            ) from err
+
+    def _resume_command(self) -> str:
+        """The command that resumes this run (with its number of processes)."""
+        n = self.fabric.world_size
+        launcher = f"torchrun --nproc_per_node={n} -m dmlkit" if n > 1 else "dmlkit"
+        return f"{launcher} train --resume {self.folder.path}"
 
     def _check_finite_weights(self) -> None:
         """Raise ``NonFiniteWeightsError`` when a weight or buffer of the model or the objective is NaN or Inf."""
