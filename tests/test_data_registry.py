@@ -218,9 +218,34 @@ def test_data_list_says_each_datasets_splits_and_where_its_images_come_from(caps
     from dmlkit.data.catalog import DATASETS, dataset_splits, list_datasets
 
     assert main(["data", "list"]) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["name", "splits", "classes", "images", "here", "source"]
+    lines = {line.split()[0]: line for line in rows}
     assert sorted(lines) == list_datasets()
     for name in list_datasets():
         assert DATASETS.get(name).SOURCE, f"dataset {name} states no SOURCE"
         assert ", ".join(dataset_splits(name)) in lines[name]
     assert "dmlkit data prepare mnist" in lines["mnist"] and "data.root" in lines["cub"]
+
+
+def test_data_list_gives_published_sizes_and_what_this_machine_holds(tmp_path, monkeypatch, capsys):
+    from dmlkit.cli import main
+    from dmlkit.data.datasets.glyphs import GLYPHS_VERSION
+
+    monkeypatch.setenv("DMLKIT_CACHE", str(tmp_path))
+
+    def rows() -> dict[str, str]:
+        assert main(["data", "list"]) == 0
+        return {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+
+    before = rows()
+    assert "not downloaded" in before["mnist"] and "renders on first use" in before["glyphs"]
+    assert " 200 " in before["cub"] and "11,788" in before["cub"] and "needs data.root" in before["cub"]
+    assert "22,634" in before["sop"] and "120,053" in before["sop"]
+    (tmp_path / "mnist").mkdir()
+    (tmp_path / "mnist" / "train-images-idx3-ubyte.gz").write_bytes(b"x")
+    (tmp_path / "glyphs").mkdir()
+    (tmp_path / "glyphs" / f"glyphs-v{GLYPHS_VERSION}-24px.npz").write_bytes(b"x")
+    after = rows()
+    assert f"downloaded ({tmp_path / 'mnist'})" in after["mnist"]
+    assert "cached (24 px)" in after["glyphs"] and "cached (24 px)" in after["glyphs_testbed"]

@@ -11,7 +11,7 @@ __all__ = ["COMMANDS"]
 
 def _data_arguments(data: argparse.ArgumentParser) -> None:
     data_sub = data.add_subparsers(dest="data_command", required=True)
-    data_sub.add_parser("list", help="list the registered datasets")
+    data_sub.add_parser("list", help="the registered datasets: splits, published size, what this machine holds, source")
     prepare = data_sub.add_parser("prepare", help="download / render and cache a dataset")
     prepare.add_argument("name", help="a dataset of `dmlkit data list`")
     prepare.add_argument("--root", default=None, help="the folder holding (or to receive) its files; default: the dataset's cache folder")
@@ -27,11 +27,9 @@ def _cmd_data(args: argparse.Namespace) -> int:
     from dmlkit.data import list_datasets, prepare_dataset
 
     if args.data_command == "list":
-        from dmlkit.data.catalog import DATASETS, dataset_splits
+        from dmlkit.data.catalog import dataset_table
 
-        for name in list_datasets():
-            source = DATASETS.get(name).SOURCE.replace("NAME", name) or "(the class states no source)"
-            print(f"{name:14s} splits: {', '.join(dataset_splits(name)):36s} {source}")
+        print(dataset_table())
         return 0
     if args.data_command == "draws":
         return _data_draws(args)

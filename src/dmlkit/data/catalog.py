@@ -119,3 +119,17 @@ def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") 
         out["train"], out["val"] = train_part, val_part.with_augment(False)
     out["test"] = create_dataset(config.name, test_split, augment=False, **common)
     return out
+
+
+def dataset_table() -> str:
+    """``dmlkit data list``: one line per dataset with its splits, its published size (classes / images, where
+    fixed), what this machine holds of it, and where its images come from."""
+    rows = [("name", "splits", "classes", "images", "here", "source")]
+    for name in list_datasets():
+        cls = DATASETS.get(name)
+        size = cls.PUBLISHED_SIZE
+        rows.append((name, ", ".join(dataset_splits(name)), f"{size[0]:,}" if size else "-",
+                     f"{size[1]:,}" if size else "-", cls.local_state(name),
+                     cls.SOURCE.replace("NAME", name) or "(the class states no source)"))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows)

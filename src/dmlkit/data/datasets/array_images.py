@@ -56,6 +56,14 @@ class ArrayImageDataset(DMLDataset):
     FLIP: ClassVar[bool] = False
     SOURCE = "downloaded once, MD5-checked: dmlkit data prepare NAME (or data.root holding the official files)"
 
+    @classmethod
+    def local_state(cls, name: str) -> str:
+        """``downloaded`` when the cache holds the dataset's folder with files in it, else ``not downloaded``."""
+        from dmlkit.data.cache import dataset_dir
+
+        folder = dataset_dir(name)
+        return f"downloaded ({folder})" if folder.is_dir() and any(folder.iterdir()) else "not downloaded"
+
     def __init__(
         self,
         split: str = "train",

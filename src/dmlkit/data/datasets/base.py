@@ -57,6 +57,13 @@ class DMLDataset(Dataset):
     # ----------------------------------------------------------- interface
     #: Where the images come from, for ``dmlkit data list`` (embedded, downloaded, or files the user provides).
     SOURCE: ClassVar[str] = ""
+    #: (classes, images) of the whole published dataset, for ``dmlkit data list``; None where settings decide it.
+    PUBLISHED_SIZE: ClassVar[tuple[int, int] | None] = None
+
+    @classmethod
+    def local_state(cls, name: str) -> str:
+        """What this machine holds of dataset ``name`` (registered with this class), for ``dmlkit data list``."""
+        return "needs data.root"
 
     def __len__(self) -> int:
         return int(self.labels.numel())

@@ -59,6 +59,8 @@ def _field(records: Any, name: str, path: Path) -> list[Any]:
 class CarsDataset(ImageListDataset):
     """Cars196, class-disjoint halves ``train`` (classes 1-98) and ``test`` (99-196)."""
 
+    PUBLISHED_SIZE = (196, 16185)
+
     NAME = "cars"
     SPLITS = ("train", "test")
     MARKER = "cars_annos.mat"

@@ -125,6 +125,8 @@ class _CIFARBase(ArrayImageDataset):
 class CIFAR10Dataset(_CIFARBase):
     """CIFAR-10, 10 classes, no categories; see the module docstring."""
 
+    PUBLISHED_SIZE = (10, 60000)
+
     NAME = "cifar10"
     MEAN = (0.4914, 0.4822, 0.4465)
     STD = (0.2470, 0.2435, 0.2616)
@@ -138,6 +140,8 @@ class CIFAR10Dataset(_CIFARBase):
 
 class CIFAR100Dataset(_CIFARBase):
     """CIFAR-100, 100 classes in 20 super-class categories; see the module docstring."""
+
+    PUBLISHED_SIZE = (100, 60000)
 
     NAME = "cifar100"
     MEAN = (0.5071, 0.4865, 0.4409)

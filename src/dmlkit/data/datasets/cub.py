@@ -23,6 +23,8 @@ from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, fi
 class CUBDataset(ImageListDataset):
     """CUB-200-2011, class-disjoint halves ``train`` (classes 1-100) and ``test`` (101-200)."""
 
+    PUBLISHED_SIZE = (200, 11788)
+
     NAME = "cub"
     SPLITS = ("train", "test")
     MARKER = "images.txt"

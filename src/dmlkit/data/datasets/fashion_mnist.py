@@ -22,11 +22,21 @@ DEBIAN_FOLDER = Path("/usr/share/datasets/fashion-mnist")
 class FashionMNISTDataset(IdxDataset):
     """Fashion-MNIST, official ``train`` / ``test``; see the module docstring."""
 
+    PUBLISHED_SIZE = (10, 70000)
+
     NAME = "fashion_mnist"
     MEAN = (0.2860,)
     STD = (0.3530,)
     CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
     DEBIAN_FOLDER = DEBIAN_FOLDER
+
+    @classmethod
+    def local_state(cls, name: str) -> str:
+        """As the other downloads, or Debian's copy when ``dataset-fashion-mnist`` is installed."""
+        state = super().local_state(name)
+        if state == "not downloaded" and cls.DEBIAN_FOLDER.is_dir():
+            return f"installed by Debian ({cls.DEBIAN_FOLDER})"
+        return state
     FILES = mnist_files(
         (
             "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",

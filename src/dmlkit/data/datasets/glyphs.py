@@ -420,6 +420,13 @@ class StoredGlyphImages(DMLDataset):
     SOURCE = "embedded: rendered once from the fonts inside matplotlib and cached (dmlkit data prepare glyphs)"
 
     @classmethod
+    def local_state(cls, name: str) -> str:
+        """The image sizes whose renderings the cache holds, or ``renders on first use``."""
+        sizes = sorted(int(p.stem.rsplit("-", 1)[-1].removesuffix("px"))
+                       for p in dataset_dir("glyphs").glob(f"glyphs-v{GLYPHS_VERSION}-*px.npz"))
+        return f"cached ({', '.join(f'{s} px' for s in sizes)})" if sizes else "renders on first use"
+
+    @classmethod
     def eval_preprocess(cls, image_size: int = 32, normalize: bool = True, **params: Any) -> ImagePreprocess:
         """Grey ``image_size`` squares, normalised with the glyph statistics (raw [0, 1] without ``normalize``)."""
         mean, std = ((cls.mean,), (cls.std,)) if normalize else ((0.0,), (1.0,))

@@ -34,6 +34,8 @@ def clothes_category(relative_path: str) -> str:
 class InShopDataset(ImageListDataset):
     """In-shop Clothes Retrieval: ``train``, and ``query`` / ``gallery`` with shared labels."""
 
+    PUBLISHED_SIZE = (7982, 52712)
+
     NAME = "inshop"
     SPLITS = ("train", "query", "gallery")
     QUERY_GALLERY = ("query", "gallery")  # evaluate query against gallery, not self-retrieval

@@ -95,6 +95,8 @@ class IdxDataset(ArrayImageDataset):
 class MNISTDataset(IdxDataset):
     """MNIST digits, official ``train`` / ``test``; see the module docstring."""
 
+    PUBLISHED_SIZE = (10, 70000)
+
     NAME = "mnist"
     MEAN = (0.1307,)
     STD = (0.3081,)

@@ -30,6 +30,8 @@ def super_class_name(relative_path: str) -> str:
 class SOPDataset(ImageListDataset):
     """Stanford Online Products, ``train`` / ``test`` from ``Ebay_train.txt`` / ``Ebay_test.txt``."""
 
+    PUBLISHED_SIZE = (22634, 120053)
+
     NAME = "sop"
     SPLITS = ("train", "test")
     MARKER = "Ebay_train.txt"

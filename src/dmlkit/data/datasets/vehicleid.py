@@ -34,6 +34,8 @@ MODEL_FILE = "attribute/model_attr.txt"
 class VehicleIDDataset(ImageListDataset):
     """PKU VehicleID: ``train`` and the small / medium / large test lists; models as categories."""
 
+    PUBLISHED_SIZE = (26267, 221763)
+
     NAME = "vehicleid"
     SPLITS = tuple(SPLIT_FILES)
     MARKER = SPLIT_FILES["train"]
