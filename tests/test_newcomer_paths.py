@@ -68,6 +68,21 @@ def test_the_printed_summary_is_in_percent_like_every_printed_table(tmp_path, ca
     assert "train time 1 s; wall time 75 s" in out
 
 
+def test_the_validation_line_is_in_percent_too():
+    import io
+
+    from rich.console import Console
+
+    from dmlkit.engine.progress import TrainingProgress
+
+    out = io.StringIO()
+    progress = TrainingProgress(total=4, console=Console(file=out, force_terminal=False, width=120))
+    with progress:
+        progress.advance(0.93)
+        progress.show_validation("mean_average_precision_at_r", 0.27)
+    assert "val mean_average_precision_at_r 27.00%" in out.getvalue() and "0.27" not in out.getvalue()
+
+
 def test_gallery_reuses_the_test_embeddings_evaluate_kept_until_the_weights_change(seed1_run, monkeypatch, tmp_path):
     import os
 

@@ -43,7 +43,7 @@ class TrainingProgress:
         self.progress.update(self.task, advance=1, loss=loss, rate=rate)
 
     def show_validation(self, metric: str, score: float) -> None:
-        self._val = f"{metric}={score:.4f}"
+        self._val = f"{metric} {100 * score:.2f}%"  # percent, as every table a person reads
         self.progress.update(self.task, val=self._val)
         if not self.live and not self.quiet:
             self.console.print(f"step {self._step}: loss {self._loss:.4f}, val {self._val}")
