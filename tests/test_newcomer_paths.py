@@ -106,3 +106,18 @@ def test_gallery_reuses_the_test_embeddings_evaluate_kept_until_the_weights_chan
     monkeypatch.undo()
     run_gallery(seed1_run, tmp_path / "g3.png")
     assert torch.equal(torch.load(seed1_run / "embeddings_test.pt", weights_only=True)["embeddings"], kept["embeddings"])
+
+
+def test_a_validation_split_with_one_image_a_class_says_so_instead_of_divergence(tmp_path):
+    from benchmarks.data import make_jpegs
+    from dmlkit.assemble import build_trainer
+    from dmlkit.config import load_config
+
+    root = make_jpegs(tmp_path / "cub", 64, 60, 50, per_class=8, test_per_class=1)  # test classes: 1 image each
+    cfg = load_config("configs/paper/sft_t1_multi_similarity_base_cub.yaml", [
+        f"data.root={root}", "data.image_size=32", "model.backbone=resnet20", "model.pretrained=false",
+        "train.batch_size=8", "train.m_per_class=2", "train.max_steps=2", "train.val_every=2", "plots=false",
+        "eval.clustering=false", "train.accelerator=cpu"])
+    with pytest.raises(ValueError, match=r"is undefined \(nan\): no validation query has another image of its class.*"
+                                         r"8 images of 8 classes"):
+        build_trainer(cfg, tmp_path / "run", quiet=True).fit()

@@ -434,6 +434,14 @@ class Trainer:
         if t.val_metric not in metrics:
             raise ValueError(f"train.val_metric '{t.val_metric}' is not a retrieval metric; valid: {', '.join(metrics)}")
         score = metrics[t.val_metric]
+        if score != score:  # NaN: the weights are finite (checked above), so the metric is undefined
+            val = self.splits.val
+            raise ValueError(
+                f"validation {t.val_metric} at step {s.step} is undefined (nan): no validation query has another "
+                f"image of its class among the references. The validation split holds {len(val)} images of "
+                f"{getattr(val, 'num_classes', '?')} classes; every class needs at least 2 images (a dataset or "
+                "split with more images per class, or another data.val_fraction)"
+            )
         improved = self.stopper.update(score, s.step)
         if self.scheduler is not None and t.schedule == "plateau":
             self.scheduler.step(score)
