@@ -20,14 +20,14 @@ from typing import Any, Iterator
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Sampler, Subset
+from torch.utils.data import DataLoader, Sampler
 
-from dmlkit.distributed import ShardedBatchSampler, all_gather_no_grad, all_gather_with_grad, gather_shards, shard_indices
+from dmlkit.distributed import ShardedBatchSampler, all_gather_no_grad, all_gather_with_grad
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import CheckpointWriteError, load_checkpoint, load_model_state, non_finite_entries, save_checkpoint
 from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
-from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.environment import check_resume, current_environment, read_environment
+from dmlkit.engine.evaluator import Evaluator
 from dmlkit.engine.execution import check_execution, prepare_model, to_channels_last
 from dmlkit.engine.launch import check_precision, fabric_options
 from dmlkit.engine.metrics_log import MetricsLog
@@ -38,7 +38,6 @@ from dmlkit.engine.progress import TrainingProgress
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
 from dmlkit.engine.weight_decay import exclude_from_weight_decay
-from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
 from dmlkit.evaluation.retrieval import metric_names
 from dmlkit.faults import fault_point
 from dmlkit.io import write_json_atomic, write_text_atomic
@@ -129,6 +128,8 @@ class Trainer:
             self.model.mark_forward_method(name)
         self.objective = self.fabric.to_device(parts.objective)
         self.sampler = parts.batch_sampler
+        self.evaluator = Evaluator(self.fabric, self.eval_cfg, self.eval_model,
+                                   lambda: self.parts.eval_model(self.model.module), parts.seed, parts.num_workers)
         if self.fabric.world_size > 1:  # each process takes its slice of every global batch
             self.sampler = ShardedBatchSampler(self.sampler, self.fabric.global_rank, self.fabric.world_size)
         self.stopper = parts.stopper
@@ -386,46 +387,10 @@ class Trainer:
         """The module evaluated (the embedder, a method's view of it, or a classifier's outputs)."""
         return self.parts.eval_model(self.model)
 
-    def _embed(self, dataset: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Embeddings and labels of ``dataset``; with several processes each embeds a shard, then all gather."""
-        bs, device, n = self.eval_cfg.batch_size, self.fabric.device, len(dataset)
-        if self.fabric.world_size == 1:
-            return embed_dataset(self.eval_model(), dataset, bs, device, num_workers=self.parts.num_workers)
-        local, labels, idx = self._embed_shard(dataset)
-        idx = idx.to(device)
-        return gather_shards(local.to(device), idx, n).cpu(), gather_shards(labels.to(device), idx, n).cpu()
-
-    def _embed_shard(self, dataset: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """This process's shard of ``dataset`` (``shard_indices``): embeddings, labels and dataset positions."""
-        idx = shard_indices(len(dataset), self.fabric.global_rank, self.fabric.world_size)
-        model = self.parts.eval_model(self.model.module)  # the bare module: no DDP collectives
-        if len(idx) == 0:  # more processes than items: an empty shard, still in every collective
-            emb, lab = embed_dataset(model, Subset(dataset, [0]), 1, self.fabric.device)
-            return emb[:0], lab[:0], idx
-        local, labels = embed_dataset(model, Subset(dataset, idx.tolist()), self.eval_cfg.batch_size, self.fabric.device)
-        return local, labels, idx
-
     def evaluate(self, dataset: Any, with_clustering: bool = False, reference: Any = None) -> dict[str, float]:
-        """Retrieval (and clustering) metrics of ``dataset`` within itself, or as queries against ``reference``.
-
-        With several processes each embeds and searches its shards (``evaluate_embedding_shards``):
-        no process gathers the embeddings, and the values are those of one process.
-        """
-        if self.fabric.world_size == 1:
-            embeddings, labels = self._embed(dataset)
-            return self._metrics(embeddings, labels, reference, with_clustering)
-        return self._sharded_metrics(self._embed_shard(dataset), reference, with_clustering)
-
-    def _sharded_metrics(self, shard: tuple[torch.Tensor, torch.Tensor, torch.Tensor], reference: Any,
-                         with_clustering: bool, gathered: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
-        refs = self._embed_shard(reference) if reference is not None else (None, None, None)
-        return evaluate_embedding_shards(*shard, *refs, ks=tuple(self.eval_cfg.ks), clustering=with_clustering,
-                                         seed=self.parts.seed, gathered=gathered)
-
-    def _metrics(self, embeddings: torch.Tensor, labels: torch.Tensor, reference: Any, with_clustering: bool) -> dict[str, float]:
-        refs = self._embed(reference) if reference is not None else (None, None)
-        return evaluate_embeddings(embeddings, labels, *refs, ks=tuple(self.eval_cfg.ks), clustering=with_clustering,
-                                   seed=self.parts.seed, search_device=self.fabric.device if self._on_gpu() else None)
+        """Retrieval (and clustering) metrics of ``dataset`` within itself, or as queries against ``reference``
+        (engine/evaluator.py: with several processes each scores its shards; the values are one process's)."""
+        return self.evaluator.evaluate(dataset, with_clustering, reference)
 
     def _validate(self) -> float:
         t, s = self.train_cfg, self.state
@@ -468,18 +433,7 @@ class Trainer:
         self.fabric.barrier()  # rank 0 has written best.pt
         fault_point("final_test")
         self.restore_best()
-        if self.fabric.world_size == 1:
-            embeddings, labels = self._embed(self.splits.test)
-            test = self._metrics(embeddings, labels, self.splits.reference, self.eval_cfg.clustering)
-        else:  # retrieval on the shards; the queries are gathered only for clustering and the plots
-            shard = self._embed_shard(self.splits.test)
-            n, device = len(self.splits.test), self.fabric.device
-            gathered = None
-            if self.eval_cfg.clustering or self.plots:
-                idx = shard[2].to(device)
-                gathered = (gather_shards(shard[0].to(device), idx, n).cpu(), gather_shards(shard[1].to(device), idx, n).cpu())
-            test = self._sharded_metrics(shard, self.splits.reference, self.eval_cfg.clustering, gathered)
-            embeddings, labels = gathered if gathered is not None else (None, None)
+        test, embeddings, labels = self.evaluator.test(self.splits.test, self.splits.reference, keep_embeddings=self.plots)
         self.log.append({"split": "test", "step": self.state.step, **test})
         self._test_embeddings = (embeddings, labels)
         return {
