@@ -14,8 +14,8 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 
+from papers_batch import CLASSES, DIM, papers_batch, relative_error
 from dmlkit.losses import create_loss, create_miner, list_losses
 from dmlkit.losses.registry import default_miner
 from dmlkit.pooling import create_pooling, list_poolings
@@ -23,19 +23,6 @@ from dmlkit.pooling import create_pooling, list_poolings
 pytestmark = pytest.mark.cuda
 PRECISIONS = [pytest.param(None, id="fp32"), pytest.param(torch.bfloat16, id="bf16"),
               pytest.param(torch.float16, id="fp16")]
-CLASSES, PER_CLASS, DIM = 60, 3, 512
-
-
-def _embeddings() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    centres = torch.randn(CLASSES, DIM, generator=g)
-    labels = torch.arange(CLASSES).repeat_interleave(PER_CLASS)
-    return F.normalize(centres[labels] * 0.35 + torch.randn(len(labels), DIM, generator=g), dim=1), labels
-
-
-def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().float().cpu(), b.detach().float().cpu()
-    return float((a - b).norm() / b.norm().clamp_min(1e-12))
 
 
 def _autocast(dtype: torch.dtype | None):
@@ -45,7 +32,7 @@ def _autocast(dtype: torch.dtype | None):
 @pytest.mark.parametrize("dtype", PRECISIONS)
 @pytest.mark.parametrize("name", list_losses())
 def test_every_loss_on_cuda_is_close_to_the_cpu_float32(name, dtype):
-    x, labels = _embeddings()
+    x, labels = papers_batch()
     torch.manual_seed(0)
     loss_cpu = create_loss(name, num_classes=CLASSES, embedding_size=DIM)
     loss_gpu = copy.deepcopy(loss_cpu).cuda()
@@ -60,7 +47,7 @@ def test_every_loss_on_cuda_is_close_to_the_cpu_float32(name, dtype):
     v_gpu.float().backward()
     assert torch.isfinite(v_gpu) and torch.isfinite(e_gpu.grad).all()
     assert float(v_gpu.detach()) == pytest.approx(float(v_cpu.detach()), rel=0.01, abs=1e-4)
-    assert _relative(e_gpu.grad, e_cpu.grad) < 0.05
+    assert relative_error(e_gpu.grad, e_cpu.grad) < 0.05
 
 
 @pytest.mark.parametrize("dtype", PRECISIONS)
@@ -80,8 +67,8 @@ def test_every_pooling_on_cuda_is_close_to_the_cpu_float32(name, dtype):
         out_gpu = pool_gpu(f_gpu)
     (out_gpu.float() * direction.cuda()).sum().backward()
     assert torch.isfinite(out_gpu).all() and torch.isfinite(f_gpu.grad).all()
-    assert _relative(out_gpu, out_cpu) < 0.02
-    assert _relative(f_gpu.grad, f_cpu.grad) < 0.05
+    assert relative_error(out_gpu, out_cpu) < 0.02
+    assert relative_error(f_gpu.grad, f_cpu.grad) < 0.05
 
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "16-mixed"])

@@ -16,31 +16,19 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
+from papers_batch import CLASSES, DIM, papers_batch, relative_error
 from dmlkit.losses import create_loss, create_miner, list_losses
 from dmlkit.losses.registry import default_miner
 from dmlkit.pooling import create_pooling, list_poolings
 
 HALF = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="fp16")]
-CLASSES, PER_CLASS, DIM = 60, 3, 512
-
-
-def _embeddings() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    centres = torch.randn(CLASSES, DIM, generator=g)
-    labels = torch.arange(CLASSES).repeat_interleave(PER_CLASS)
-    return F.normalize(centres[labels] * 0.35 + torch.randn(len(labels), DIM, generator=g), dim=1), labels
-
-
-def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
 
 
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("name", list_losses())
 def test_every_loss_under_autocast_is_finite_and_close_to_float32(name, dtype):
-    x, labels = _embeddings()
+    x, labels = papers_batch()
     torch.manual_seed(0)
     loss32 = create_loss(name, num_classes=CLASSES, embedding_size=DIM)
     loss16 = copy.deepcopy(loss32)
@@ -54,7 +42,7 @@ def test_every_loss_under_autocast_is_finite_and_close_to_float32(name, dtype):
     v16.float().backward()
     assert torch.isfinite(v16) and torch.isfinite(e16.grad).all()
     assert float(v16.detach()) == pytest.approx(float(v32.detach()), rel=0.01, abs=1e-4)
-    assert _relative(e16.grad, e32.grad) < 0.05
+    assert relative_error(e16.grad, e32.grad) < 0.05
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -74,8 +62,8 @@ def test_every_pooling_under_autocast_is_finite_and_close_to_float32(name, dtype
         out16 = pool16(f16)
     (out16.float() * direction).sum().backward()
     assert torch.isfinite(out16).all() and torch.isfinite(f16.grad).all()
-    assert _relative(out16, out32) < 0.02
-    assert _relative(f16.grad, f32.grad) < 0.05
+    assert relative_error(out16, out32) < 0.02
+    assert relative_error(f16.grad, f32.grad) < 0.05
 
 
 # ------------------------------------------------------------------ every method in a bf16-mixed run
