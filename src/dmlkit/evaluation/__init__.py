@@ -18,6 +18,8 @@ Embed query and reference sets, then
   indexes of approximate evaluation, parameters from the data size, search tuned to a recall@1
   against exact search (``approx_index``);
 * :func:`knn_search` -- the blocked exact k-nearest-neighbour search underneath;
+  :func:`device_knn_search` -- the same on the embeddings' device (a GPU), which ``retrieval_metrics``
+  uses for GPU tensors (``knn_device``);
 * :func:`kfold_accuracy`, :func:`tar_at_far` -- face verification: LFW-style 10-fold
   accuracy and TAR at FAR from pair scores (``verification``);
 * :func:`geometry_report`, :func:`r_w`, ... -- the SFT paper's embedding geometry
@@ -44,6 +46,7 @@ from dmlkit.evaluation.geometry import (
     scatter_matrices,
 )
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
+from dmlkit.evaluation.knn_device import DEVICE_BLOCK_BYTES, device_knn_search
 from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
 from dmlkit.evaluation.zero_shot import per_class_means, zero_shot_attribute_eval
 from dmlkit.evaluation.retrieval import metric_names, retrieval_metrics
@@ -68,6 +71,8 @@ __all__ = [
     "knn_search",
     "KNNResult",
     "DEFAULT_MAX_BLOCK_BYTES",
+    "device_knn_search",
+    "DEVICE_BLOCK_BYTES",
     # shards over the processes of a job (torchrun)
     "sharded_retrieval_metrics",
     "MIN_BLOCK_ROWS",

@@ -29,7 +29,7 @@ from dmlkit.evaluation.knn import KNNResult
 from dmlkit.evaluation.knn_certificate import candidate_count
 from dmlkit.evaluation.knn_inputs import check_block_bytes, check_k, check_pair
 
-__all__ = ["DEVICE_BLOCK_BYTES", "DeviceEmbeddings", "device_knn_search", "check_same_device", "device_neighbours", "on_accelerator"]
+__all__ = ["DEVICE_BLOCK_BYTES", "device_knn_search"]
 
 #: Default bound on the bytes of one float32 score tile (256 MiB: a 4096 x 16384 tile).
 DEVICE_BLOCK_BYTES = 256 * 2**20
