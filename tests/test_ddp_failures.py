@@ -21,14 +21,24 @@ SETS = [a for o in TINY_OVERRIDES + ["plots=false"] for a in ("--set", o)]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
+def _torchrun(args: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
+    """torchrun, started again once when a process aborted inside gloo's connection set-up before dmlkit ran a
+    step (SIGABRT, "terminate called without an active exception": an upstream gloo race seen once here under
+    load, pytorch/pytorch#188266); any other failure is returned as it is."""
+    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    aborted_at_start = "SIGABRT" in done.stderr and "terminate called without an active exception" in done.stderr
+    if done.returncode != 0 and aborted_at_start and "dmlkit train:" not in done.stderr:
+        done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return done
+
+
 def _train(run_dir, fault: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*TORCHRUN, "configs/quickstart.yaml", *SETS, "--run-dir", str(run_dir), "--quiet"],
-                          capture_output=True, text=True, timeout=timeout, env={**ENV, **(fault or {})})
+    return _torchrun(["configs/quickstart.yaml", *SETS, "--run-dir", str(run_dir), "--quiet"],
+                     {**ENV, **(fault or {})}, timeout)
 
 
 def _resume_and_compare(run_dir, uninterrupted: dict) -> None:
-    resumed = subprocess.run([*TORCHRUN, "--resume", str(run_dir), "--quiet"], capture_output=True, text=True,
-                             timeout=300, env=ENV)
+    resumed = _torchrun(["--resume", str(run_dir), "--quiet"], ENV, 300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["test"] == pytest.approx(uninterrupted, abs=1e-6)
 
