@@ -22,9 +22,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def _torchrun(args: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
-    """torchrun, started again once when a process aborted inside gloo's connection set-up before dmlkit ran a
-    step (SIGABRT, "terminate called without an active exception": an upstream gloo race seen once here under
-    load, pytorch/pytorch#188266); any other failure is returned as it is."""
+    """torchrun, started again once when a process aborted in the C++ runtime before dmlkit reported anything
+    (SIGABRT, "terminate called without an active exception", right after the process group started): seen once
+    in a clean-clone run on a loaded machine, not reproduced in 3 tries of the same commands; gloo races of this
+    kind are reported upstream (e.g. pytorch/pytorch#188266). Any other failure is returned as it is."""
     done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=env)
     aborted_at_start = "SIGABRT" in done.stderr and "terminate called without an active exception" in done.stderr
     if done.returncode != 0 and aborted_at_start and "dmlkit train:" not in done.stderr:
