@@ -121,3 +121,14 @@ def test_a_validation_split_with_one_image_a_class_says_so_instead_of_divergence
     with pytest.raises(ValueError, match=r"is undefined \(nan\): no validation query has another image of its class.*"
                                          r"8 images of 8 classes"):
         build_trainer(cfg, tmp_path / "run", quiet=True).fit()
+
+
+def test_train_says_what_it_does_in_its_long_silent_parts(tmp_path, capsys):
+    from tests_helpers import TINY_OVERRIDES
+
+    sets = [a for o in TINY_OVERRIDES for a in ("--set", o)]
+    assert main(["train", "configs/quickstart.yaml", *sets, "--run-dir", str(tmp_path / "run")]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dmlkit train: ")]
+    assert said[0] == "dmlkit train: loading glyphs and building the model (resnet20)"
+    assert said[1].startswith("dmlkit train: testing the best weights (step ") and said[1].endswith(" test images")
+    assert said[2] == f"dmlkit train: drawing the plots into {tmp_path / 'run' / 'plots'}"

@@ -78,6 +78,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from dmlkit.engine.run_folder import saved_config_folder
 
         run_dir = args.run_dir or saved_config_folder(args.config)  # a run's own config.yaml: that run's folder
+        if not args.quiet:
+            print(f"dmlkit train: loading {cfg.data.name} and building the model ({cfg.model.backbone})", file=sys.stderr)
         trainer = build_trainer(cfg, run_dir, quiet=args.quiet)
     from dmlkit.engine.signals import TrainingInterrupted
 

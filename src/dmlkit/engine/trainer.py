@@ -12,6 +12,7 @@ with the same weights and metrics as an uninterrupted one.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -316,6 +317,11 @@ class Trainer:
                 f"then resume: {self._resume_command()}"
             ) from err
 
+    def _say(self, message: str) -> None:
+        """One line on stderr of what the run is doing (rank 0, unless quiet): the long silent parts."""
+        if not self.quiet and self.fabric.is_global_zero:
+            print(f"dmlkit train: {message}", file=sys.stderr, flush=True)
+
     def _resume_command(self) -> str:
         """The command that resumes this run (with its number of processes)."""
         n = self.fabric.world_size
@@ -433,6 +439,7 @@ class Trainer:
         self.fabric.barrier()  # rank 0 has written best.pt
         fault_point("final_test")
         self.restore_best()
+        self._say(f"testing the best weights (step {self.stopper.best_step}) on {len(self.splits.test)} test images")
         test, embeddings, labels = self.evaluator.test(self.splits.test, self.splits.reference, keep_embeddings=self.plots)
         self.log.append({"split": "test", "step": self.state.step, **test})
         self._test_embeddings = (embeddings, labels)
@@ -453,6 +460,7 @@ class Trainer:
         if self.fabric.is_global_zero:  # only rank 0 writes the run folder
             write_json_atomic(self.folder.summary, summary)
             if self.plots:
+                self._say(f"drawing the plots into {self.folder.plots}")
                 self._plot(*self._test_embeddings)
 
     def _plot(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
