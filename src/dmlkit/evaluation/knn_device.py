@@ -26,7 +26,7 @@ from typing import Iterator
 import torch
 
 from dmlkit.evaluation.knn import KNNResult
-from dmlkit.evaluation.knn_certificate import candidate_count
+from dmlkit.evaluation.knn_certificate import _gamma, candidate_count, rank_by_distance
 from dmlkit.evaluation.knn_inputs import check_block_bytes, check_k, check_pair
 
 __all__ = ["DEVICE_BLOCK_BYTES", "device_knn_search"]
@@ -152,25 +152,15 @@ def _rerank(query: torch.Tensor, ref: torch.Tensor, cand: torch.Tensor, k: int) 
         a1 = min(cand.shape[0], a0 + chunk)
         diff = ref[cand[a0:a1]].double() - query[a0:a1].double().unsqueeze(1)
         d2[a0:a1] = diff.pow_(2).sum(dim=2)
-    d2, idx = _rank(d2, cand)
+    d2, idx = rank_by_distance(d2, cand)
     return d2[:, :k].contiguous(), idx[:, :k].contiguous()
-
-
-def _rank(d2: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sort each row by ``(distance, index)``: by index first, then stably by distance."""
-    idx, by_index = idx.sort(dim=1)
-    d2 = d2.gather(1, by_index)
-    d2, by_distance = d2.sort(dim=1, stable=True)
-    return d2, idx.gather(1, by_distance)
 
 
 def _uncertified(
     query: torch.Tensor, ref: torch.Tensor, shift: torch.Tensor, worst_score: torch.Tensor, kth: torch.Tensor,
 ) -> torch.Tensor:
     """Rows whose ``k`` kept neighbours the float32 rounding bound does not prove exact."""
-    u = 2.0**-24
-    m = query.shape[1] + 2
-    gamma = m * u / (1.0 - m * u)
+    gamma = _gamma(query.shape[1] + 2)  # the CPU search's bound, for the same d + 2 term expansion
     qn = (query.double() - shift).pow(2).sum(dim=1)
     rn_max = (ref.double() - shift).pow(2).sum(dim=1).max()
     delta = 5.0 * gamma * (qn + rn_max)
@@ -194,7 +184,7 @@ def _float64_candidates(
             own = (rows >= b0) & (rows < b1)
             d[own.nonzero().flatten(), rows[own] - b0] = float("inf")
         ids = torch.arange(b0, b1, device=query.device).expand(len(rows), -1)
-        best_d, best_i = _rank(torch.cat([best_d, d], dim=1), torch.cat([best_i, ids], dim=1))
+        best_d, best_i = rank_by_distance(torch.cat([best_d, d], dim=1), torch.cat([best_i, ids], dim=1))
         best_d, best_i = best_d[:, :k], best_i[:, :k]
     return best_i
 
