@@ -109,12 +109,10 @@ def training(sizes: Sizes, folder: Path) -> dict[str, Any]:
 
 def compute_images_per_second(cfg: Any, device: str, steps: int = 10) -> float:
     """Training images/s of the model and objective alone: one batch resident on the device, no loader."""
-    from contextlib import nullcontext
-
+    from benchmarks.train import bare_step
     from dmlkit.assemble import build_run
-    from dmlkit.engine.optim import build_optimizer
-
     from dmlkit.engine.execution import prepare_model, to_channels_last
+    from dmlkit.engine.optim import build_optimizer
 
     parts = build_run(cfg)
     model, objective = parts.model.to(device), parts.objective.to(device)
@@ -130,12 +128,7 @@ def compute_images_per_second(cfg: Any, device: str, steps: int = 10) -> float:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step() -> None:
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16) if bf16 else nullcontext():
-            embeddings = model(images).float()  # as Fabric: the forward under autocast, the loss in float32
-        total, _ = objective(embeddings, labels, {"step": 0})
-        optimizer.zero_grad(set_to_none=True)
-        total.backward()
-        optimizer.step()
+        bare_step(model, objective, optimizer, images, labels, 0, bf16)
 
     step(), step(), sync()
     started = time.perf_counter()

@@ -49,12 +49,24 @@ def trainer_seconds(cfg: Any, folder: Path) -> float:
     return float(summary["train_seconds"])
 
 
+def bare_step(model: Any, objective: Any, optimizer: Any, images: torch.Tensor, labels: torch.Tensor, step: int,
+              bf16: bool) -> None:
+    """One training step as the Trainer takes it: the model's forward under bfloat16 autocast when ``bf16``
+    (its output in float32, as Fabric's precision plug-in), the objective in float32, backward, optimiser step."""
+    from contextlib import nullcontext
+
+    with torch.autocast(images.device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
+        embeddings = model(images).float()
+    total, _ = objective(embeddings, labels, {"step": step})
+    optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    optimizer.step()
+
+
 def bare_seconds(cfg: Any, device: str = "cpu") -> float:
     """Seconds of the same steps in a plain loop over the same parts, on ``device`` (``cfg.train.precision``
     ``32-true`` or ``bf16-mixed``: the model's forward under bfloat16 autocast, as Fabric does), with pinned memory and
     non-blocking copies on a GPU."""
-    from contextlib import nullcontext
-
     from dmlkit.assemble import build_run
     from dmlkit.engine.optim import build_optimizer
 
@@ -70,19 +82,12 @@ def bare_seconds(cfg: Any, device: str = "cpu") -> float:
     if on_gpu:  # as the Trainer does
         torch.backends.cudnn.benchmark = True
     loader = DataLoader(train, batch_sampler=parts.batch_sampler, num_workers=cfg.data.num_workers, pin_memory=on_gpu)
-    autocast = (lambda: torch.autocast(torch.device(device).type, dtype=torch.bfloat16)) if precision == "bf16-mixed" \
-        else nullcontext
     model.train()
     steps, started = 0, time.perf_counter()
     while steps < cfg.train.max_steps:
         for images, labels in loader:
             images, labels = images.to(device, non_blocking=on_gpu), labels.to(device, non_blocking=on_gpu)
-            with autocast():  # the model's forward only; its output in float32, as Fabric's precision plug-in
-                embeddings = model(images).float()
-            total, _ = objective(embeddings, labels, {"step": steps})
-            optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            optimizer.step()
+            bare_step(model, objective, optimizer, images, labels, steps, precision == "bf16-mixed")
             steps += 1
             if steps == cfg.train.max_steps:
                 break
