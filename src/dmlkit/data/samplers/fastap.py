@@ -61,82 +61,14 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 from torch import Tensor
-from dmlkit.data.samplers.m_per_class import EpochBatchSampler
 
+from dmlkit.data.samplers.class_pool import (
+    ClassPool, ClassStream, as_labels, check_optional_positive_int, check_positive_int,
+)
+from dmlkit.data.samplers.m_per_class import EpochBatchSampler
 from dmlkit.data.seeding import check_seed, make_generator
-from dmlkit.validation import is_int
 
 __all__ = ["RandomClassBatchSampler", "HardCategoryBatchSampler"]
-
-
-# ---------------------------------------------------------------- helpers
-def _as_labels(labels: Sequence[int] | Tensor | np.ndarray, name: str = "labels") -> Tensor:
-    lab = torch.as_tensor(np.asarray(labels.cpu() if isinstance(labels, Tensor) else labels))
-    if lab.dim() != 1 or lab.numel() == 0:
-        raise ValueError(f"{name} must be a non-empty 1-d sequence of class ids")
-    if lab.is_floating_point() or lab.dtype == torch.bool:
-        raise ValueError(f"{name} must be integers, got dtype {lab.dtype}")
-    return lab.long()
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if not is_int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def _check_optional_positive_int(name: str, value: Any) -> None:
-    if value is not None and (not is_int(value) or value < 1):
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
-
-
-class _ClassStream:
-    """A running random order over a fixed list of classes: every class once per round.
-
-    ``next(g, avoid)`` returns the next class; when a new round starts, classes
-    in ``avoid`` (those already in the current (half-)batch) go to its end, so
-    a pool with enough images never repeats a class within one (half-)batch.
-    """
-
-    def __init__(self, classes: list[int]) -> None:
-        self.classes = classes
-        self.queue: list[int] = []
-        self.pos = 0
-
-    def next(self, g: torch.Generator, avoid: set[int]) -> int:
-        if self.pos == len(self.queue):
-            order = [self.classes[i] for i in torch.randperm(len(self.classes), generator=g).tolist()]
-            self.queue = [c for c in order if c not in avoid] + [c for c in order if c in avoid]
-            self.pos = 0
-        c = self.queue[self.pos]
-        self.pos += 1
-        return c
-
-
-class _ClassPool:
-    """Item indices per class, and how to fill ``need`` indices with whole classes."""
-
-    def __init__(self, labels: Tensor, max_images_per_class: int | None) -> None:
-        classes, inverse = torch.unique(labels, return_inverse=True)
-        order = torch.argsort(inverse, stable=True)
-        counts = torch.bincount(inverse, minlength=classes.numel())
-        self.class_ids = classes.tolist()  # position -> label value
-        self.members = list(torch.split(order, counts.tolist()))  # position -> item indices
-        cap = max_images_per_class if max_images_per_class is not None else int(counts.max())
-        self.cap = cap
-        self.usable = torch.clamp(counts, max=cap)  # images a class can contribute
-
-    def fill(self, stream: _ClassStream, g: torch.Generator, need: int) -> list[int]:
-        """``need`` indices: all (up to the cap) images of classes from ``stream``; the last one partial."""
-        out: list[int] = []
-        chosen: set[int] = set()
-        while len(out) < need:
-            c = stream.next(g, chosen)
-            chosen.add(c)
-            members = self.members[c]
-            take = min(int(self.usable[c]), need - len(out))
-            pick = torch.randperm(members.numel(), generator=g)[:take]
-            out.extend(members[pick].tolist())
-        return out
 
 
 class RandomClassBatchSampler(EpochBatchSampler):
@@ -167,12 +99,12 @@ class RandomClassBatchSampler(EpochBatchSampler):
         batches_per_epoch: int | None = None,
         max_images_per_class: int | None = None,
     ) -> None:
-        lab = _as_labels(labels)
-        _check_positive_int("batch_size", batch_size)
-        _check_optional_positive_int("batches_per_epoch", batches_per_epoch)
-        _check_optional_positive_int("max_images_per_class", max_images_per_class)
+        lab = as_labels(labels)
+        check_positive_int("batch_size", batch_size)
+        check_optional_positive_int("batches_per_epoch", batches_per_epoch)
+        check_optional_positive_int("max_images_per_class", max_images_per_class)
         check_seed(seed)
-        self.pool = _ClassPool(lab, max_images_per_class)
+        self.pool = ClassPool(lab, max_images_per_class)
         total = int(self.pool.usable.sum())
         if batch_size > total:
             raise ValueError(
@@ -197,8 +129,116 @@ class RandomClassBatchSampler(EpochBatchSampler):
     def batches(self, epoch: int) -> list[list[int]]:
         """All batches of ``epoch`` (what ``iter()`` yields after ``set_epoch(epoch)``)."""
         g = make_generator(self.seed, epoch)
-        stream = _ClassStream(list(range(len(self.pool.members))))
+        stream = ClassStream(list(range(len(self.pool.members))))
         return [self.pool.fill(stream, g, self.batch_size) for _ in range(self.batches_per_epoch)]
+
+
+# ---------------------------------------------------------------- Hard: checks, census, slots
+def _check_args(
+    batch_size: Any, seed: Any, batches_per_epoch: Any, batches_per_pair: Any, unlabelled: Any,
+    small_categories: Any, max_images_per_class: Any,
+) -> None:
+    """The Hard sampler's settings, each on its own."""
+    check_positive_int("batch_size", batch_size)
+    if batch_size % 2 or batch_size < 2:
+        raise ValueError(
+            f"batch_size={batch_size} must be even: half of each batch comes from each of two "
+            f"categories (e.g. batch_size={batch_size + 1 if batch_size % 2 else 2})"
+        )
+    check_optional_positive_int("batches_per_epoch", batches_per_epoch)
+    check_optional_positive_int("batches_per_pair", batches_per_pair)
+    check_optional_positive_int("max_images_per_class", max_images_per_class)
+    check_seed(seed)
+    if unlabelled not in ("exclude", "pair"):
+        raise ValueError(f"unlabelled must be 'exclude' or 'pair', got {unlabelled!r}")
+    if small_categories not in ("skip", "replace"):
+        raise ValueError(f"small_categories must be 'skip' or 'replace', got {small_categories!r}")
+    if unlabelled == "pair" and batches_per_pair is not None:
+        raise ValueError(
+            "batches_per_pair does not apply with unlabelled='pair' (each labelled category gets "
+            "ceil(2 N_c / batch_size) batches); leave it None or set batches_per_epoch"
+        )
+
+
+def _check_categories(lab: Tensor, cats: Tensor) -> None:
+    """Labels index ``cats``, whose values are categories or -1, and some item has a category."""
+    if int(lab.min()) < 0 or int(lab.max()) >= cats.numel():
+        raise ValueError(
+            f"labels must be class ids 0..{cats.numel() - 1} indexing class_categories "
+            f"(got labels in [{int(lab.min())}, {int(lab.max())}]); pass one category per class"
+        )
+    if int(cats.min()) < -1:
+        raise ValueError("class_categories must be category ids >= 0, or -1 for a class without category")
+    if not bool((cats[lab] >= 0).any()):
+        raise ValueError(
+            "no class has a category (class_categories is -1 for every sampled class); the Hard "
+            "sampler draws each half-batch from a category. Use RandomClassBatchSampler, or a "
+            "dataset with category labels"
+        )
+
+
+class _CategoryCensus:
+    """Which pool positions (classes) each category holds, and how many (capped) images it can contribute."""
+
+    def __init__(self, pool: ClassPool, cats: Tensor) -> None:
+        class_cat = cats[torch.tensor(pool.class_ids)]  # category of each pool position
+        self.pool = pool
+        self.present = sorted(int(c) for c in torch.unique(class_cat) if int(c) >= 0)  # categories with images
+        self.members = {c: torch.nonzero(class_cat == c).flatten().tolist() for c in self.present}
+        self.image_counts = {c: self.usable_images(self.members[c]) for c in self.present}
+        self.unlabelled: list[int] = torch.nonzero(class_cat < 0).flatten().tolist()  # classes with category -1
+
+    def usable_images(self, positions: list[int]) -> int:
+        """Images the classes at ``positions`` can contribute (each capped by ``max_images_per_class``)."""
+        return int(self.pool.usable[positions].sum()) if positions else 0
+
+
+def _choose_categories(
+    census: _CategoryCensus, half: int, unlabelled: str, small_categories: str
+) -> tuple[list[int], list[int]]:
+    """``(categories, skipped)``: those that fill half-batches and, with ``"skip"``, those too small to."""
+    counts, present = census.image_counts, census.present
+    skipped = [c for c in present if small_categories == "skip" and counts[c] < half]
+    categories = [c for c in present if c not in skipped]
+    need_labelled = 2 if unlabelled == "exclude" else 1
+    if len(categories) < need_labelled:
+        hint = (
+            f"lower batch_size (largest category has {max(counts.values())} images) or pass "
+            f"small_categories='replace'"
+            if skipped
+            else "use RandomClassBatchSampler, or unlabelled='pair' if some classes have no category"
+        )
+        raise ValueError(
+            f"HardCategoryBatchSampler needs {need_labelled} usable categories, found {len(categories)} "
+            f"({len(present)} with images, {len(skipped)} skipped for having fewer than "
+            f"batch_size/2={half} images); {hint}"
+        )
+    return categories, skipped
+
+
+def _check_unlabelled_pool(census: _CategoryCensus, half: int, small_categories: str) -> None:
+    """With ``unlabelled="pair"``: classes without a category exist and (unless ``"replace"``) fill a half."""
+    if not census.unlabelled:
+        raise ValueError(
+            "unlabelled='pair' needs classes without a category (-1) to fill the other half; "
+            "none has -1, so use unlabelled='exclude'"
+        )
+    n_unl = census.usable_images(census.unlabelled)
+    if n_unl < half and small_categories == "skip":
+        raise ValueError(
+            f"the classes without a category hold {n_unl} images, fewer than batch_size/2={half}; "
+            f"lower batch_size to <= {2 * n_unl} or pass small_categories='replace'"
+        )
+
+
+def _plan_slots(
+    categories: list[int], image_counts: dict[int, int], half: int, unlabelled: str, batches_per_pair: int | None
+) -> list[tuple[int, int]]:
+    """One round's (category, category) batches: every pair ``k`` times, or ``(c, -1)`` ``ceil(2 N_c / M)`` times."""
+    if unlabelled == "pair":
+        return [(c, -1) for c in categories for _ in range(math.ceil(image_counts[c] / half))]
+    k = 1 if batches_per_pair is None else batches_per_pair
+    return [(a, b) for i, a in enumerate(categories) for b in categories[i + 1 :] for _ in range(k)]
 
 
 # ---------------------------------------------------------------- Hard
@@ -250,91 +290,21 @@ class HardCategoryBatchSampler(EpochBatchSampler):
         small_categories: str = "skip",
         max_images_per_class: int | None = None,
     ) -> None:
-        lab = _as_labels(labels)
-        cats = _as_labels(class_categories, "class_categories")
-        _check_positive_int("batch_size", batch_size)
-        if batch_size % 2 or batch_size < 2:
-            raise ValueError(
-                f"batch_size={batch_size} must be even: half of each batch comes from each of two "
-                f"categories (e.g. batch_size={batch_size + 1 if batch_size % 2 else 2})"
-            )
-        _check_optional_positive_int("batches_per_epoch", batches_per_epoch)
-        _check_optional_positive_int("batches_per_pair", batches_per_pair)
-        _check_optional_positive_int("max_images_per_class", max_images_per_class)
-        check_seed(seed)
-        if unlabelled not in ("exclude", "pair"):
-            raise ValueError(f"unlabelled must be 'exclude' or 'pair', got {unlabelled!r}")
-        if small_categories not in ("skip", "replace"):
-            raise ValueError(f"small_categories must be 'skip' or 'replace', got {small_categories!r}")
-        if unlabelled == "pair" and batches_per_pair is not None:
-            raise ValueError(
-                "batches_per_pair does not apply with unlabelled='pair' (each labelled category gets "
-                "ceil(2 N_c / batch_size) batches); leave it None or set batches_per_epoch"
-            )
-        if int(lab.min()) < 0 or int(lab.max()) >= cats.numel():
-            raise ValueError(
-                f"labels must be class ids 0..{cats.numel() - 1} indexing class_categories "
-                f"(got labels in [{int(lab.min())}, {int(lab.max())}]); pass one category per class"
-            )
-        if int(cats.min()) < -1:
-            raise ValueError("class_categories must be category ids >= 0, or -1 for a class without category")
-
+        lab = as_labels(labels)
+        cats = as_labels(class_categories, "class_categories")
+        _check_args(batch_size, seed, batches_per_epoch, batches_per_pair, unlabelled, small_categories,
+                    max_images_per_class)
+        _check_categories(lab, cats)
         half = batch_size // 2
-        item_cats = cats[lab]
-        labelled = item_cats >= 0
-        if not bool(labelled.any()):
-            raise ValueError(
-                "no class has a category (class_categories is -1 for every sampled class); the Hard "
-                "sampler draws each half-batch from a category. Use RandomClassBatchSampler, or a "
-                "dataset with category labels"
-            )
-        self.pool = _ClassPool(lab, max_images_per_class)
-        class_cat = cats[torch.tensor(self.pool.class_ids)]  # category of each pool position
-
-        def usable_images(positions: list[int]) -> int:
-            return int(self.pool.usable[positions].sum()) if positions else 0
-
-        present = sorted(int(c) for c in torch.unique(class_cat) if int(c) >= 0)
-        members = {c: torch.nonzero(class_cat == c).flatten().tolist() for c in present}
-        self.image_counts = {c: usable_images(members[c]) for c in present}  # capped images per category
-        skip = small_categories == "skip"
-        self.skipped_categories = [c for c in present if skip and self.image_counts[c] < half]
-        self.categories = [c for c in present if c not in self.skipped_categories]
-        need_labelled = 2 if unlabelled == "exclude" else 1
-        if len(self.categories) < need_labelled:
-            hint = (
-                f"lower batch_size (largest category has {max(self.image_counts.values())} images) or pass "
-                f"small_categories='replace'"
-                if self.skipped_categories
-                else "use RandomClassBatchSampler, or unlabelled='pair' if some classes have no category"
-            )
-            raise ValueError(
-                f"HardCategoryBatchSampler needs {need_labelled} usable categories, found {len(self.categories)} "
-                f"({len(present)} with images, {len(self.skipped_categories)} skipped for having fewer than "
-                f"batch_size/2={half} images); {hint}"
-            )
-        self._streams_classes = {c: members[c] for c in self.categories}
-        self.unlabelled_classes: list[int] = torch.nonzero(class_cat < 0).flatten().tolist()
+        self.pool = ClassPool(lab, max_images_per_class)
+        census = _CategoryCensus(self.pool, cats)
+        self.image_counts = census.image_counts  # capped images per category
+        self.categories, self.skipped_categories = _choose_categories(census, half, unlabelled, small_categories)
+        self.unlabelled_classes = census.unlabelled
         if unlabelled == "pair":
-            if not self.unlabelled_classes:
-                raise ValueError(
-                    "unlabelled='pair' needs classes without a category (-1) to fill the other half; "
-                    "none has -1, so use unlabelled='exclude'"
-                )
-            n_unl = usable_images(self.unlabelled_classes)
-            if n_unl < half and small_categories == "skip":
-                raise ValueError(
-                    f"the classes without a category hold {n_unl} images, fewer than batch_size/2={half}; "
-                    f"lower batch_size to <= {2 * n_unl} or pass small_categories='replace'"
-                )
-            self._slots: list[tuple[int, int]] = [
-                (c, -1) for c in self.categories for _ in range(math.ceil(self.image_counts[c] / half))
-            ]
-        else:
-            k = 1 if batches_per_pair is None else batches_per_pair
-            self._slots = [
-                (a, b) for i, a in enumerate(self.categories) for b in self.categories[i + 1 :] for _ in range(k)
-            ]
+            _check_unlabelled_pool(census, half, small_categories)
+        self._streams_classes = {c: census.members[c] for c in self.categories}
+        self._slots = _plan_slots(self.categories, self.image_counts, half, unlabelled, batches_per_pair)
 
         self.labels = lab
         self.class_categories = cats
@@ -351,11 +321,6 @@ class HardCategoryBatchSampler(EpochBatchSampler):
     def from_dataset(cls, dataset: Any, batch_size: int, **kwargs: Any) -> "HardCategoryBatchSampler":
         """Build from a ``DMLDataset`` (its ``labels`` and ``class_categories``)."""
         return cls(dataset.labels, dataset.class_categories, batch_size, **kwargs)
-
-    @property
-    def rounds_length(self) -> int:
-        """Batches in one full round of the epoch structure (``C(K, 2) * k``, or ``sum_c ceil(2 N_c / M)``)."""
-        return len(self._slots)
 
     def schedule(self, epoch: int) -> list[tuple[int, int]]:
         """The (first-half, second-half) category of each batch of ``epoch``; ``-1`` is the unlabelled pool."""
@@ -375,9 +340,9 @@ class HardCategoryBatchSampler(EpochBatchSampler):
     def batches(self, epoch: int) -> list[list[int]]:
         """All batches of ``epoch`` (what ``iter()`` yields after ``set_epoch(epoch)``)."""
         g = make_generator(self.seed, epoch)
-        streams = {c: _ClassStream(pos) for c, pos in self._streams_classes.items()}
+        streams = {c: ClassStream(pos) for c, pos in self._streams_classes.items()}
         if self.unlabelled == "pair":
-            streams[-1] = _ClassStream(self.unlabelled_classes)
+            streams[-1] = ClassStream(self.unlabelled_classes)
         half = self.batch_size // 2
         out: list[list[int]] = []
         for a, b in self._plan(g):
