@@ -22,7 +22,7 @@ from dmlkit.data import (
     prepare_dataset,
     subset_classes,
 )
-from dmlkit.data.datasets import glyphs as G
+from dmlkit.data.datasets import glyph_cache
 from dataset_miniatures import MINIATURES as BENCHMARK_MINIATURES  # noqa: E402 - tests/ helper
 
 
@@ -101,7 +101,7 @@ def test_create_dataset_passes_arguments():
 
 def test_prepare_dataset_uses_the_cache(tmp_path, monkeypatch):
     shutil.copy(glyphs_cache_path(), tmp_path / glyphs_cache_path().name)
-    monkeypatch.setattr(G, "build_glyph_table", lambda *a, **k: pytest.fail("should not render"))
+    monkeypatch.setattr(glyph_cache, "build_glyph_table", lambda *a, **k: pytest.fail("should not render"))
     path = prepare_dataset("glyphs", root=tmp_path)
     assert path == tmp_path / glyphs_cache_path().name and path.is_file()
     assert prepare_dataset("glyphs") == glyphs_cache_path()

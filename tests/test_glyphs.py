@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from dmlkit.data import GLYPHS_MEAN, GLYPHS_STD, GlyphAugment, GlyphAugmentConfig, GlyphsDataset, check_dataset
+from dmlkit.data.datasets import glyph_cache
 from dmlkit.data.datasets import glyphs as G
 from dmlkit.data.cache import save_npz_atomic
 from dmlkit.data.datasets.glyph_duplicates import keep_distinct, relative_l1
@@ -230,7 +231,7 @@ def test_cache_is_reused(table, tmp_path, monkeypatch):
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(src, dst)
     before = dst.stat().st_mtime_ns
-    monkeypatch.setattr(G, "build_glyph_table", _no_rendering)
+    monkeypatch.setattr(glyph_cache, "build_glyph_table", _no_rendering)
     again = G.load_glyph_table(root=tmp_path)
     assert np.array_equal(again.images, table.images) and again.class_names == table.class_names
     ds = GlyphsDataset("test", root=tmp_path, max_classes=3)
@@ -261,12 +262,12 @@ def test_stale_or_corrupt_cache_is_rebuilt(table, tmp_path, monkeypatch, damage)
         calls.append(image_size)
         return table
 
-    monkeypatch.setattr(G, "build_glyph_table", fake_build)
+    monkeypatch.setattr(glyph_cache, "build_glyph_table", fake_build)
     with pytest.warns(UserWarning, match="unreadable") if damage == "corrupt" else _nothing():
         out = G.load_glyph_table(root=tmp_path)
     assert calls == [32] and out.num_classes == table.num_classes
     assert sorted(p.name for p in tmp_path.rglob("*")) == [f"glyphs-v{G.GLYPHS_VERSION}-32px.npz"], "no temporary files left"
-    monkeypatch.setattr(G, "build_glyph_table", _no_rendering)
+    monkeypatch.setattr(glyph_cache, "build_glyph_table", _no_rendering)
     assert np.array_equal(G.load_glyph_table(root=tmp_path).images, table.images)
 
 

@@ -1,9 +1,12 @@
 """The datasets: each file is one dataset (or one base that several share), registered by name in ``dmlkit.data.catalog``.
 
 - ``base``: ``DMLDataset``, the interface every dataset follows, and ``check_dataset``;
-- ``glyphs`` (+ ``glyph_render``: fonts and rendering; ``glyph_duplicates``: which renderings of a class
-  are kept): the embedded default dataset; ``glyph_testbed``: ``glyphs_testbed``, its classes cut into
-  pretraining and DML classes; ``collage``: ``glyph_collage``, the thesis' collage study built from the glyphs;
+- ``glyphs``: the embedded default dataset, built by ``glyph_render`` (fonts and rendering one font),
+  ``glyph_select`` (which characters become classes) with ``glyph_duplicates`` (which renderings of a class
+  are kept), ``glyph_table`` (the rendered table) and ``glyph_cache`` (its ``.npz`` cache);
+  ``stored_images``: ``StoredGlyphImages``, the base of the glyph datasets' items; ``glyph_testbed``:
+  ``glyphs_testbed``, its classes cut into pretraining and DML classes; ``collage``: ``glyph_collage``, the
+  thesis' collage study built from the glyphs;
 - ``array_images``: base of the small in-memory datasets ``mnist``, ``fashion_mnist``, ``cifar``;
 - ``image_list``: base of the benchmarks read from their official annotation files ``cub``, ``cars``,
   ``sop``, ``inshop``, ``vehicleid``; ``image_folder``: a user's own images, one sub-folder per class;

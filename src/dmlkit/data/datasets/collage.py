@@ -44,21 +44,24 @@ the glyph statistics (area downsampling keeps the mean ink) and, with
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from dmlkit.data.datasets.glyph_cache import load_glyph_table, prepare_glyphs
+from dmlkit.data.datasets.glyph_select import REFERENCE_SIZE
+from dmlkit.data.datasets.glyph_table import GlyphTable
 from dmlkit.data.datasets.glyph_testbed import testbed_classes
-from dmlkit.data.datasets.glyphs import (
-    GLYPHS_MEAN, GLYPHS_STD, REFERENCE_SIZE, StoredGlyphImages, load_glyph_table, prepare_glyphs, split_class_range,
-)
+from dmlkit.data.datasets.glyphs import split_class_range
+from dmlkit.data.datasets.stored_images import StoredGlyphImages
 from dmlkit.data.seeding import check_seed, make_generator
-from dmlkit.data.transforms.glyph_augment import GlyphAugment, GlyphAugmentConfig
+from dmlkit.data.transforms.glyph_augment import GlyphAugmentConfig
 from dmlkit.validation import is_int
 
-__all__ = ["CLASS_POOLS", "GlyphCollageDataset", "collage_candidates", "collage_layout"]
+__all__ = ["CLASS_POOLS", "Collages", "GlyphCollageDataset", "collage_candidates", "collage_layout", "compose_collages"]
 
 _SPLIT_CODE = {"train": 1, "test": 2}
 CLASS_POOLS = ("glyphs", "testbed")
@@ -123,6 +126,61 @@ def collage_layout(
     return foreground, groups, group_of
 
 
+class Collages(NamedTuple):
+    """The collages of one split (``compose_collages``)."""
+
+    images: Tensor  # (n, image_size, image_size) uint8
+    labels: Tensor  # (n,) foreground class of each collage, index into the foreground list
+    foreground_cell: Tensor  # (n,) cell of the foreground glyph: 0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right
+    cell_glyph_rows: Tensor  # (n, 4) glyph table row drawn in each cell
+
+
+def compose_collages(
+    table: GlyphTable, foreground: list[int], groups: list[list[int]], group_of: list[int], per_class: int,
+    image_size: int, generator: torch.Generator,
+) -> Collages:
+    """``per_class`` collages of each ``foreground`` class (glyph class ids) with background group
+    ``groups[group_of[c]]``, ``image_size`` px square, glyphs and cells drawn from ``generator``."""
+    labels, position, cells = _draw_cells(table.image_class, foreground, groups, group_of, per_class, generator)
+    images = _tile(table.images, cells, image_size // 2)
+    return Collages(images, labels, position, cells)
+
+
+def _draw_cells(
+    image_class: np.ndarray, foreground: list[int], groups: list[list[int]], group_of: list[int], per_class: int,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Labels, foreground cell and the glyph table row of each cell, ``per_class`` collages per class."""
+    classes = set(foreground) | {c for group in groups for c in group}
+    rows_of = {c: np.nonzero(image_class == c)[0] for c in classes}
+    n = len(foreground) * per_class
+    labels = torch.arange(len(foreground)).repeat_interleave(per_class)
+    position = torch.randint(0, 4, (n,), generator=generator)
+    cells = torch.empty(n, 4, dtype=torch.long)
+    for i in range(n):
+        c = int(labels[i])
+        group = groups[group_of[c]]
+        picks = torch.randint(0, 1 << 30, (4, 2), generator=generator).tolist()
+        for cell in range(4):
+            cls = foreground[c] if cell == int(position[i]) else group[picks[cell][0] % len(group)]
+            rows = rows_of[cls]
+            cells[i, cell] = int(rows[picks[cell][1] % rows.size])
+    return labels, position, cells
+
+
+def _tile(glyph_images: np.ndarray, cells: Tensor, half: int) -> Tensor:
+    """``(n, 2 * half, 2 * half)`` uint8: the glyphs of ``cells`` area-downsampled to ``half`` px, 2 x 2."""
+    glyphs = torch.from_numpy(glyph_images).float().div_(255.0).unsqueeze(1)
+    used = torch.unique(cells)
+    small = F.interpolate(glyphs[used], size=(half, half), mode="area").squeeze(1)  # (U, half, half)
+    lookup = torch.full((glyphs.shape[0],), -1, dtype=torch.long)
+    lookup[used] = torch.arange(used.numel())
+    tiles = small[lookup[cells]]  # (n, 4, half, half)
+    top = torch.cat([tiles[:, 0], tiles[:, 1]], dim=2)
+    bottom = torch.cat([tiles[:, 2], tiles[:, 3]], dim=2)
+    return (torch.cat([top, bottom], dim=1) * 255.0).round().to(torch.uint8)
+
+
 class GlyphCollageDataset(StoredGlyphImages):
     """Split ``split`` of the glyph collages (see the module docstring).
 
@@ -145,9 +203,6 @@ class GlyphCollageDataset(StoredGlyphImages):
 
     SPLITS = ("train", "test")
     ITEM_NAME = "collages"
-    in_channels = 1
-    mean = GLYPHS_MEAN
-    std = GLYPHS_STD
 
     def __init__(
         self,
@@ -168,17 +223,8 @@ class GlyphCollageDataset(StoredGlyphImages):
         normalize: bool = True,
         class_pool: str = "glyphs",
     ) -> None:
-        if split not in self.SPLITS:
-            raise ValueError(f"unknown glyph_collage split '{split}'; valid splits are: {', '.join(self.SPLITS)}")
-        if not is_int(image_size) or image_size < 16 or image_size % 2:
-            raise ValueError(f"glyph_collage image_size must be an even int >= 16 (2 x 2 cells), got {image_size!r}")
-        for name, value, minimum in (
-            ("per_class", per_class, 1), ("train_classes", train_classes, 1), ("val_classes", val_classes, 0),
-            ("test_classes", test_classes, 1), ("background_classes", background_classes, 1), ("min_fonts", min_fonts, 1),
-        ):
-            _check_count(name, value, minimum)
-        if max_classes is not None:
-            _check_count("max_classes", max_classes)
+        self._check_args(split, image_size, per_class, train_classes, val_classes, test_classes,
+                         background_classes, min_fonts, max_classes)
         check_seed(seed)
         check_seed(layout_seed, "layout_seed")
         table = load_glyph_table(root, REFERENCE_SIZE)
@@ -189,41 +235,14 @@ class GlyphCollageDataset(StoredGlyphImages):
         )
         if max_classes is not None:
             fg, group_of = fg[:max_classes], group_of[:max_classes]
-        rows_of = {c: np.nonzero(table.image_class == c)[0] for c in set(fg) | {c for g in groups for c in g}}
-        g = make_generator(layout_seed, _SPLIT_CODE[split], 0xC1)
-        n = len(fg) * per_class
-        labels = torch.arange(len(fg)).repeat_interleave(per_class)
-        position = torch.randint(0, 4, (n,), generator=g)
-        cells = torch.empty(n, 4, dtype=torch.long)  # glyph image row of each cell
-        for i in range(n):
-            c = int(labels[i])
-            group = groups[group_of[c]]
-            picks = torch.randint(0, 1 << 30, (4, 2), generator=g).tolist()
-            for cell in range(4):
-                cls = fg[c] if cell == int(position[i]) else group[picks[cell][0] % len(group)]
-                rows = rows_of[cls]
-                cells[i, cell] = int(rows[picks[cell][1] % rows.size])
-        half = image_size // 2
-        glyphs = torch.from_numpy(table.images).float().div_(255.0).unsqueeze(1)
-        used = torch.unique(cells)
-        small = F.interpolate(glyphs[used], size=(half, half), mode="area").squeeze(1)  # (U, half, half)
-        lookup = torch.full((glyphs.shape[0],), -1, dtype=torch.long)
-        lookup[used] = torch.arange(used.numel())
-        tiles = small[lookup[cells]]  # (n, 4, half, half)
-        top = torch.cat([tiles[:, 0], tiles[:, 1]], dim=2)
-        bottom = torch.cat([tiles[:, 2], tiles[:, 3]], dim=2)
-        self.images = (torch.cat([top, bottom], dim=1) * 255.0).round().to(torch.uint8)  # (n, H, W)
-        self.labels = labels
-        self.foreground_cell = position
-        self.cell_glyph_rows = cells
+        generator = make_generator(layout_seed, _SPLIT_CODE[split], 0xC1)
+        collages = compose_collages(table, fg, groups, group_of, per_class, image_size, generator)
+        super().__init__(collages.images, collages.labels, augment, seed, normalize, augment_config)
+        self.foreground_cell = collages.foreground_cell
+        self.cell_glyph_rows = collages.cell_glyph_rows
         self.split = split
         self.class_pool = class_pool
         self.image_size = image_size
-        self.augment = bool(augment)
-        self.seed = seed
-        self.epoch = 0
-        self.normalize = bool(normalize)
-        self.augmenter = GlyphAugment(augment_config)
         self.foreground_codepoints = [int(table.codepoints[c]) for c in fg]
         self.background_codepoints = [[int(table.codepoints[c]) for c in group] for group in groups]
         self.background_group = torch.tensor(group_of, dtype=torch.long)
@@ -231,6 +250,23 @@ class GlyphCollageDataset(StoredGlyphImages):
         self.class_names = [table.class_names[c] for c in fg]
         self.category_names = list(table.category_names)
         self.class_categories = torch.from_numpy(table.class_categories[fg].copy())
+
+    @classmethod
+    def _check_args(
+        cls, split: str, image_size: object, per_class: object, train_classes: object, val_classes: object,
+        test_classes: object, background_classes: object, min_fonts: object, max_classes: object,
+    ) -> None:
+        if split not in cls.SPLITS:
+            raise ValueError(f"unknown glyph_collage split '{split}'; valid splits are: {', '.join(cls.SPLITS)}")
+        if not is_int(image_size) or image_size < 16 or image_size % 2:
+            raise ValueError(f"glyph_collage image_size must be an even int >= 16 (2 x 2 cells), got {image_size!r}")
+        for name, value, minimum in (
+            ("per_class", per_class, 1), ("train_classes", train_classes, 1), ("val_classes", val_classes, 0),
+            ("test_classes", test_classes, 1), ("background_classes", background_classes, 1), ("min_fonts", min_fonts, 1),
+        ):
+            _check_count(name, value, minimum)
+        if max_classes is not None:
+            _check_count("max_classes", max_classes)
 
     @classmethod
     def prepare(cls, root: str | Path | None = None, **kwargs: object) -> Path:
