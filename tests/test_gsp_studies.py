@@ -281,7 +281,8 @@ def test_synthetic_prototypes_and_tokens_stay_in_the_box_even_at_a_huge_learning
 
 
 def test_synthetic_study_tiny_budget_three_seeds_pairs_with_gap(tmp_path):
-    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, paired_differences, run_study
+    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, run_study
+    from dmlkit.studies.paired_runs import paired_differences
 
     cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1,
                                warmup_steps=1, memory_size=64)

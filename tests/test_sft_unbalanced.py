@@ -215,14 +215,14 @@ def test_testbed_cli_runs_on_the_dml_classes(tmp_path) -> None:
 
 def test_class_balanced_sampling_draws_every_class_equally_often() -> None:
     """Head classes (10 images) and tail classes (2): uniform draws favour a head class 5 : 1, class-balanced 1 : 1."""
-    from dmlkit.studies.sft_unbalanced import _training_batches
+    from dmlkit.studies.sft_unbalanced_split import training_batches
 
     split = make_unbalanced_split(_labels(SIZES), 4, 4, 10, 2, 12, seed=0)
     draws = {}
     for sampling in ("uniform", "class_balanced"):
         cfg = UnbalancedStudyConfig(num_head=4, num_tail=4, head_train=10, tail_train=2, min_images=12, steps=400,
                                     batch_size=12, sampling=sampling)
-        batches = _training_batches(cfg, split, seed=0)
+        batches = training_batches(split, cfg.sampling, cfg.batch_size, cfg.steps, seed=0)
         assert len(batches) == 400 and all(b.numel() == 12 for b in batches)
         per_class = torch.bincount(split.train_labels[torch.cat(batches)], minlength=8).double()
         draws[sampling] = per_class[:4].mean() / per_class[4:].mean()  # head : tail draws per class

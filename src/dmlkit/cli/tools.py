@@ -16,8 +16,8 @@ BENCHMARKS = {
 
 # Controlled studies: name -> module with main(argv) -> int (``dmlkit study NAME ARGS``).
 STUDIES = {
-    "sft-unbalanced": "dmlkit.studies.sft_unbalanced",
-    "gsp-synthetic": "dmlkit.studies.gsp_synthetic",
+    "sft-unbalanced": "dmlkit.studies.sft_unbalanced_cli",
+    "gsp-synthetic": "dmlkit.studies.gsp_synthetic_cli",
     "collage": "dmlkit.studies.collage",
     "pcc": "dmlkit.studies.pcc",
     "gsp-zero-shot": "dmlkit.studies.gsp_zero_shot",
