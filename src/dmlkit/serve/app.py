@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,21 @@ def create_app(
     It may be a model file of ``dmlkit export``, whose metadata gives the preprocessing of uploads.
     """
     index = SearchIndex.load(index_dir)
+    model = _query_model(index, index_dir, run)
+    if index.ntotal:
+        index.vector(0)  # build lookup structures now, not concurrently in requests
+    served = _Served(index, model, index.meta.get("paths"), max_upload_bytes, k_default, max_k)
+    app = FastAPI(title="dmlkit search", docs_url="/api/docs", redoc_url=None)
+    _add_page_routes(app, served)
+    _add_search_routes(app, served)
+    _add_thumbnail_route(app, served)
+    return BodySizeLimit(app, max_upload_bytes + 64 * 1024)  # room for the multipart envelope
+
+
+def _query_model(
+    index: SearchIndex, index_dir: str | Path, run: str | Path | RunModel | ExportedModel | None
+) -> RunModel | ExportedModel:
+    """The model that embeds uploads: ``run``, or the run the index records; its dimension must be the index's."""
     run = run if run is not None else index.meta.get("run_dir")
     if run is None:
         raise ValueError(f"index '{index_dir}' does not record the run that embedded it; pass --run RUN_DIR")
@@ -102,31 +118,41 @@ def create_app(
             f"run '{model.run_dir}' makes {model.embedding_dim}-dimensional embeddings but the index holds {index.dim}; "
             "serve the index with the run that embedded it"
         )
-    if index.ntotal:
-        index.vector(0)  # build lookup structures now, not concurrently in requests
-    paths: list[str] | None = index.meta.get("paths")
-    model_lock = threading.Lock()
+    return model
 
-    app = FastAPI(title="dmlkit search", docs_url="/api/docs", redoc_url=None)
 
-    def check_k(k: int) -> int:
-        if not 1 <= k <= max_k:
-            raise HTTPException(400, f"k must lie in 1..{max_k}, got {k}")
+@dataclass
+class _Served:
+    """What the routes of one application share: the index, the model embedding uploads, and the limits."""
+
+    index: SearchIndex
+    model: RunModel | ExportedModel
+    paths: list[str] | None  # the indexed image files, when the index records them
+    max_upload_bytes: int
+    k_default: int
+    max_k: int
+    model_lock: threading.Lock = field(default_factory=threading.Lock)  # one upload embedded at a time
+
+    def check_k(self, k: int) -> int:
+        if not 1 <= k <= self.max_k:
+            raise HTTPException(400, f"k must lie in 1..{self.max_k}, got {k}")
         return k
 
-    def check_id(item: int) -> int:
-        if not 0 <= item < index.ntotal:
-            raise HTTPException(404, f"no indexed item {item}; ids run from 0 to {index.ntotal - 1}")
+    def check_id(self, item: int) -> int:
+        if not 0 <= item < self.index.ntotal:
+            raise HTTPException(404, f"no indexed item {item}; ids run from 0 to {self.index.ntotal - 1}")
         return item
 
-    def described(results: list, started: float, query: dict[str, Any]) -> dict[str, Any]:
+    def described(self, results: list, started: float, query: dict[str, Any]) -> dict[str, Any]:
+        """The answer to a search: the query, its neighbours with their thumbnails, the index, the time taken."""
         items = [{**n.to_dict(), "thumbnail": f"/thumb/{n.id}"} for n in results]
-        return {"query": query, "k": len(items), "neighbours": items, "index": index.describe(),
+        return {"query": query, "k": len(items), "neighbours": items, "index": self.index.describe(),
                 "elapsed_ms": (time.perf_counter() - started) * 1000}
 
-    @lru_cache(maxsize=4096)
-    def thumbnail(item: int) -> bytes:
-        return _thumbnail(paths[item])  # type: ignore[index]
+
+def _add_page_routes(app: FastAPI, s: _Served) -> None:
+    """``/`` (the search page), ``/api/info`` and ``/api/gallery``."""
+    index = s.index
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
@@ -135,8 +161,8 @@ def create_app(
     @app.get("/api/info")
     def info() -> dict[str, Any]:
         return {"count": index.ntotal, "dim": index.dim, "mode": index.config.mode, "description": index.describe(),
-                "recall": index.meta.get("recall"), "run_dir": str(model.run_dir), "k_default": k_default,
-                "max_k": max_k, "max_upload_bytes": max_upload_bytes, "allowed_types": sorted(ALLOWED_TYPES)}
+                "recall": index.meta.get("recall"), "run_dir": str(s.model.run_dir), "k_default": s.k_default,
+                "max_k": s.max_k, "max_upload_bytes": s.max_upload_bytes, "allowed_types": sorted(ALLOWED_TYPES)}
 
     @app.get("/api/gallery")
     def gallery(offset: int = Query(0, ge=0), limit: int = Query(48, ge=1, le=200)) -> dict[str, Any]:
@@ -144,39 +170,49 @@ def create_app(
         items = [{"id": r, **row_description(index, r), "thumbnail": f"/thumb/{r}"} for r in rows]
         return {"total": index.ntotal, "offset": offset, "items": items}
 
+
+def _add_search_routes(app: FastAPI, s: _Served) -> None:
+    """``POST /api/search`` (an uploaded image) and ``GET /api/search/{item}`` (an indexed item)."""
+
     @app.post("/api/search")
-    def search_upload(image: UploadFile = File(...), k: int = k_default) -> dict[str, Any]:
+    def search_upload(image: UploadFile = File(...), k: int = s.k_default) -> dict[str, Any]:
         started = time.perf_counter()
-        check_k(k)
+        s.check_k(k)
         content_type = (image.content_type or "").split(";")[0].strip().lower()
         name = image.filename or "upload"
         if content_type not in ALLOWED_TYPES and content_type != "application/octet-stream":
             raise HTTPException(415, f"'{name}' has type '{content_type or 'unknown'}'; upload PNG, JPEG, BMP or WebP")
-        data = image.file.read(max_upload_bytes + 1)
-        if len(data) > max_upload_bytes:
-            raise HTTPException(413, f"'{name}' is larger than {max_upload_bytes / 2**20:.1f} MiB; send a smaller image")
-        batch = _decode_upload(data, content_type, name, model)
-        with model_lock:
-            query = model.embed(torch.from_numpy(batch)).numpy()
-        return described(neighbours(index, query, k), started, {"source": "upload", "filename": name})
+        data = image.file.read(s.max_upload_bytes + 1)
+        if len(data) > s.max_upload_bytes:
+            raise HTTPException(413, f"'{name}' is larger than {s.max_upload_bytes / 2**20:.1f} MiB; send a smaller image")
+        batch = _decode_upload(data, content_type, name, s.model)
+        with s.model_lock:
+            query = s.model.embed(torch.from_numpy(batch)).numpy()
+        return s.described(neighbours(s.index, query, k), started, {"source": "upload", "filename": name})
 
     @app.get("/api/search/{item}")
-    def search_item(item: int, k: int = k_default) -> dict[str, Any]:
+    def search_item(item: int, k: int = s.k_default) -> dict[str, Any]:
         started = time.perf_counter()
-        check_k(k)
-        check_id(item)
-        query = {"source": "index", "id": item, **row_description(index, item)}
-        return described(neighbours(index, index.vector(item), k), started, query)
+        s.check_k(k)
+        s.check_id(item)
+        query = {"source": "index", "id": item, **row_description(s.index, item)}
+        return s.described(neighbours(s.index, s.index.vector(item), k), started, query)
+
+
+def _add_thumbnail_route(app: FastAPI, s: _Served) -> None:
+    """``GET /thumb/{item}``: a PNG thumbnail of an indexed file (cached; no other file is ever read)."""
+
+    @lru_cache(maxsize=4096)
+    def thumbnail(item: int) -> bytes:
+        return _thumbnail(s.paths[item])  # type: ignore[index]
 
     @app.get("/thumb/{item}")
     def thumb(item: int) -> Response:
-        check_id(item)
-        if not paths:
+        s.check_id(item)
+        if not s.paths:
             raise HTTPException(404, "this index does not record image paths, so it has no thumbnails")
         try:
             data = thumbnail(item)
         except OSError as err:
             raise HTTPException(404, f"image of item {item} cannot be read ({err})") from err
         return Response(data, media_type="image/png", headers={"cache-control": "max-age=3600"})
-
-    return BodySizeLimit(app, max_upload_bytes + 64 * 1024)  # room for the multipart envelope
