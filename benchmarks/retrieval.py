@@ -98,7 +98,7 @@ def tie_bounds(
     earlier. Returns ``(low, high, number of queries whose order matters)``.
     """
     from dmlkit.evaluation.knn import knn_search
-    from dmlkit.evaluation.retrieval import MetricSums as _Sums
+    from dmlkit.evaluation.metric_values import MetricSums as _Sums
 
     n = len(y)
     _, codes = np.unique(y, return_inverse=True)
@@ -122,7 +122,8 @@ def tie_bounds(
     high.add(hi_match, big_r[active])
     low.add(lo_match, big_r[active])
     affected = int((hi_match != lo_match).any(axis=1).sum())
-    return low.result(list(PML_METRICS)), high.result(list(PML_METRICS)), affected
+    low_all, high_all = low.result(), high.result()
+    return {m: low_all[m] for m in PML_METRICS}, {m: high_all[m] for m in PML_METRICS}, affected
 
 
 def _call(side: str, x: Any, y: Any) -> dict[str, float]:

@@ -45,11 +45,17 @@ from dmlkit.evaluation.geometry import (
     rotation_residuals,
     scatter_matrices,
 )
+from dmlkit.evaluation.embedding_file import open_embeddings
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
 from dmlkit.evaluation.knn_device import DEVICE_BLOCK_BYTES, device_knn_search
 from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
 from dmlkit.evaluation.zero_shot import per_class_means, zero_shot_attribute_eval
-from dmlkit.evaluation.retrieval import metric_names, retrieval_metrics
+from dmlkit.evaluation.metric_registry import (
+    RetrievalMetric, register_retrieval_metric, retrieval_metric_list, unregister_retrieval_metric,
+)
+from dmlkit.evaluation.metric_values import MetricSums, metric_names, per_query_values, short_metric_name
+from dmlkit.evaluation.relevance import Relevance, relevance, undefined_metrics
+from dmlkit.evaluation.retrieval import metrics_from_neighbours, retrieval_metrics
 from dmlkit.evaluation.sharded import MIN_BLOCK_ROWS, sharded_retrieval_metrics
 from dmlkit.evaluation.streaming import (
     APPROX_METHODS, clustering_metrics_from_file, nearest_distances_from_file, retrieval_metrics_from_file,
@@ -68,6 +74,18 @@ __all__ = [
     # retrieval
     "retrieval_metrics",
     "metric_names",
+    # retrieval metrics as plug-ins
+    "register_retrieval_metric",
+    "unregister_retrieval_metric",
+    "retrieval_metric_list",
+    "RetrievalMetric",
+    "metrics_from_neighbours",
+    "per_query_values",
+    "MetricSums",
+    "short_metric_name",
+    "relevance",
+    "Relevance",
+    "undefined_metrics",
     "knn_search",
     "KNNResult",
     "DEFAULT_MAX_BLOCK_BYTES",
@@ -85,6 +103,7 @@ __all__ = [
     "retrieval_metrics_from_file",
     "clustering_metrics_from_file",
     "nearest_distances_from_file",
+    "open_embeddings",
     "APPROX_METHODS",
     # approximate search for evaluation (faiss)
     "IndexPlan",

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from dmlkit.evaluation.clustering import nmi, pairwise_f1
+from dmlkit.evaluation.embedding_file import open_embeddings
 from dmlkit.evaluation.retrieval import check_labels
 from dmlkit.validation import is_int, is_real
 
@@ -42,26 +43,6 @@ __all__ = ["clustering_metrics_from_file"]
 
 #: faiss stops using more than this many points per centroid by default (``max_points_per_centroid``).
 POINTS_PER_CENTROID = 256
-
-
-def _open(data: str | Path | np.ndarray) -> np.ndarray:
-    if isinstance(data, (str, Path)):
-        path = Path(data)
-        if not path.is_file():
-            raise ValueError(f"embeddings file '{path}' does not exist; save the embeddings with numpy.save(path, array)")
-        try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError as err:
-            raise ValueError(f"'{path}' is not a .npy array of embeddings ({err}); write it with numpy.save") from err
-    elif isinstance(data, np.ndarray):
-        arr = data
-    else:
-        raise ValueError(f"pass the path of a .npy file or a numpy array / memmap; got {type(data).__name__}")
-    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
-        raise ValueError(f"embeddings must have shape (n, d) with n >= 1; got {arr.shape}")
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"embeddings must hold real numbers; got dtype {arr.dtype}")
-    return arr
 
 
 def _rows(arr: np.ndarray, index: np.ndarray | slice, where: str) -> np.ndarray:
@@ -111,7 +92,7 @@ def clustering_metrics_from_file(
     """
     import faiss
 
-    arr = _open(embeddings)
+    arr = open_embeddings(embeddings, min_rows=1)
     n, d = arr.shape
     y = check_labels(labels, "labels", n, "embeddings")
     k = int(np.unique(y).size)

@@ -61,8 +61,8 @@ on the CPU, like ``retrieval_metrics``.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -72,21 +72,14 @@ import torch.distributed as dist
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, exact_neighbours
 from dmlkit.evaluation.knn_certificate import rank_by_distance
 from dmlkit.evaluation.knn_inputs import EmbeddingSource
-from dmlkit.evaluation.retrieval import (
-    MetricSums,
-    check_ks,
-    check_labels,
-    metric_names,
-    per_query_values,
-    retrieval_metrics,
-)
-from dmlkit.validation import is_real
+from dmlkit.evaluation.metric_values import MetricSums, metric_names, per_query_values
+from dmlkit.evaluation.relevance import relevance, undefined_metrics
+from dmlkit.evaluation.retrieval import retrieval_metrics
+from dmlkit.evaluation.sharded_inputs import MIN_BLOCK_ROWS, Plan, Shard, check_permutation
 
 __all__ = ["sharded_retrieval_metrics", "MIN_BLOCK_ROWS"]
 
-#: The smallest gallery block a budget must hold.
-MIN_BLOCK_ROWS = 64
-#: Query rows per chunk of the metric sums (``retrieval._metrics_from_neighbours``'s default).
+#: Query rows per chunk of the metric sums (``retrieval.metrics_from_neighbours``'s default).
 _CHUNK_ELEMS = 2**22
 
 ArrayLike = torch.Tensor | np.ndarray
@@ -169,13 +162,13 @@ def sharded_retrieval_metrics(
             dimensions of the shards differ, the ids are not a permutation, or
             the budget cannot hold one block.
     """
+    make_shard = partial(Shard, query, query_labels, reference, reference_labels, ks, query_ids, reference_ids,
+                         ref_includes_query, budget_mb)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
-        return _one_process(query, query_labels, reference, reference_labels, ks, query_ids, reference_ids,
-                            ref_includes_query, budget_mb)
+        return _one_process(make_shard())
     comm = _Group(group)
     try:  # local checks first: no process raises while the others wait in a collective
-        shard = _Shard(query, query_labels, reference, reference_labels, ks, query_ids, reference_ids,
-                       ref_includes_query, budget_mb)
+        shard = make_shard()
         verdict: Any = shard.summary()
     except ValueError as err:
         shard, verdict = None, str(err)
@@ -184,17 +177,15 @@ def sharded_retrieval_metrics(
     if bad:
         r, message = bad[0]
         raise ValueError(f"sharded evaluation: rank {r} of {comm.world}: {message}")
-    return _run(comm, cast(_Shard, shard), _Plan(verdicts))
+    return _run(comm, cast(Shard, shard), Plan(verdicts))
 
 
-def _one_process(query: Any, query_labels: Any, reference: Any, reference_labels: Any, ks: Sequence[int],
-                 query_ids: Any, reference_ids: Any, ref_includes_query: bool, budget_mb: float) -> dict[str, float]:
-    shard = _Shard(query, query_labels, reference, reference_labels, ks, query_ids, reference_ids,
-                   ref_includes_query, budget_mb)
-    plan = _Plan([shard.summary()])
+def _one_process(shard: Shard) -> dict[str, float]:
+    """One process: the ids only reorder the queries, and the exact search gives the metrics."""
+    plan = Plan([shard.summary()])
     for name, ids, n in (("query_ids", shard.q_ids, plan.n_query), ("reference_ids", shard.g_ids, plan.n_gallery)):
         if ids is not None:
-            _check_permutation(name, [ids], n)
+            check_permutation(name, [ids], n)
     q, ql = shard.q, shard.ql
     if shard.q_ids is not None:
         q_order = np.argsort(shard.q_ids, kind="stable")
@@ -202,133 +193,6 @@ def _one_process(query: Any, query_labels: Any, reference: Any, reference_labels
     if shard.g is None:
         return retrieval_metrics(q, ql, ks=shard.ks)
     return retrieval_metrics(q, ql, shard.g, shard.gl, ks=shard.ks, ref_includes_query=shard.ref_includes_query)
-
-
-def _float_matrix(x: Any, name: str) -> torch.Tensor:
-    """``x`` as a float32 CPU ``(n, d)`` tensor (``n`` may be 0), checked finite."""
-    t = x.detach() if isinstance(x, torch.Tensor) else torch.as_tensor(np.asarray(x))
-    if t.dim() != 2 or t.shape[1] == 0:
-        raise ValueError(f"{name} must be 2-D with shape (n, d), d >= 1; got shape {tuple(t.shape)}. "
-                         "Pass a (0, d) tensor for an empty shard.")
-    if t.is_complex() or t.dtype == torch.bool:
-        raise ValueError(f"{name} must hold real numbers; got dtype {t.dtype}")
-    t = t.to(device="cpu", dtype=torch.float32).contiguous()
-    finite = torch.isfinite(t).all(dim=1)
-    if not bool(finite.all()):
-        rows = torch.nonzero(~finite).flatten()[:5].tolist()
-        raise ValueError(f"{name} has rows with NaN or infinite values (local rows {rows}"
-                         f"{' and more' if int((~finite).sum()) > 5 else ''}); check the model output "
-                         "(e.g. a diverged loss) or drop those rows before evaluating.")
-    return t
-
-
-def _labels(x: Any, name: str, n: int, emb_name: str) -> np.ndarray:
-    arr = check_labels(x, name, n, emb_name)
-    return arr.astype(np.float64) if arr.dtype.kind == "f" else arr.astype(np.int64)
-
-
-def _ids(x: Any, name: str, n: int) -> np.ndarray | None:
-    if x is None:
-        return None
-    arr = np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x)
-    if arr.ndim != 1 or len(arr) != n:
-        raise ValueError(f"{name} must hold one id per local row ({n}); got shape {arr.shape}")
-    if n and arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be integer positions in the whole set; got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
-    if n and (arr.min() < 0 or len(np.unique(arr)) != n):
-        raise ValueError(f"{name} must be distinct non-negative positions in the whole set "
-                         "(e.g. dmlkit.distributed.shard_indices)")
-    return arr
-
-
-class _Shard:
-    """One process's checked inputs (gallery sorted by id when ids are given)."""
-
-    def __init__(self, query: Any, query_labels: Any, reference: Any, reference_labels: Any, ks: Sequence[int],
-                 query_ids: Any, reference_ids: Any, ref_includes_query: bool, budget_mb: float) -> None:
-        self.ks = check_ks(ks)
-        if not is_real(budget_mb) or not budget_mb > 0:
-            raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
-        self.budget_mb = float(budget_mb)
-        self.q = _float_matrix(query, "query")
-        self.ql = _labels(query_labels, "query_labels", self.q.shape[0], "query")
-        self.q_ids = _ids(query_ids, "query_ids", self.q.shape[0])
-        self.ref_includes_query = bool(ref_includes_query)
-        if reference is None:
-            if reference_labels is not None or reference_ids is not None:
-                raise ValueError("reference_labels / reference_ids were given without reference; pass all of them, "
-                                 "or none to use the query shards as the gallery")
-            if self.ref_includes_query:
-                raise ValueError("ref_includes_query needs a reference; without one each query is excluded anyway")
-            self.g = self.gl = self.g_ids = None
-            return
-        self.g = _float_matrix(reference, "reference")
-        self.gl = _labels(reference_labels, "reference_labels", self.g.shape[0], "reference")
-        self.g_ids = _ids(reference_ids, "reference_ids", self.g.shape[0])
-        if self.g_ids is not None and np.any(np.diff(self.g_ids) < 0):  # blocks in id order: ties as one process
-            order = np.argsort(self.g_ids, kind="stable")
-            self.g, self.gl, self.g_ids = self.g[torch.from_numpy(order)], self.gl[order], self.g_ids[order]
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "n_query": self.q.shape[0], "d_query": self.q.shape[1],
-            "n_gallery": None if self.g is None else self.g.shape[0],
-            "d_gallery": None if self.g is None else self.g.shape[1],
-            "query_ids": self.q_ids is not None, "reference_ids": self.g_ids is not None,
-            "float_labels": any(len(a) and a.dtype.kind == "f" for a in (self.ql, self.gl) if a is not None),
-            "ks": self.ks, "ref_includes_query": self.ref_includes_query, "budget_mb": self.budget_mb,
-        }
-
-
-class _Plan:
-    """What every process agrees on from the exchanged summaries (same outcome on every process)."""
-
-    def __init__(self, summaries: list[dict[str, Any]]) -> None:
-        first = summaries[0]
-        for key in ("ks", "ref_includes_query", "budget_mb", "query_ids", "reference_ids"):
-            values = [s[key] for s in summaries]
-            if any(v != values[0] for v in values):
-                raise ValueError(f"every process must pass the same {key}; got {values} by rank")
-        self_search = [s["n_gallery"] is None for s in summaries]
-        if any(self_search) and not all(self_search):
-            raise ValueError("some processes passed a reference shard and others did not; pass one on every "
-                             "process (an empty (0, d) one where a process holds none), or on none")
-        self.self_search = self_search[0]
-        self.q_sizes = [s["n_query"] for s in summaries]
-        self.g_sizes = self.q_sizes if self.self_search else [s["n_gallery"] for s in summaries]
-        self.n_query, self.n_gallery = sum(self.q_sizes), sum(self.g_sizes)
-        dims = [("query", r, s["d_query"]) for r, s in enumerate(summaries)]
-        if not self.self_search:
-            dims += [("gallery", r, s["d_gallery"]) for r, s in enumerate(summaries)]
-        for kind, r, d in dims:
-            if d != dims[0][2]:
-                raise ValueError(f"the {dims[0][0]} shard of rank {dims[0][1]} has dimension {dims[0][2]} but the "
-                                 f"{kind} shard of rank {r} has dimension {d}; embed every shard with the same model")
-        self.d = dims[0][2]
-        if self.n_query == 0 or self.n_gallery == 0:
-            raise ValueError(f"the shards hold {self.n_query} queries and {self.n_gallery} gallery items in all; "
-                             "at least one of each is needed")
-        self.ks = first["ks"]
-        self.exclude = self.self_search or first["ref_includes_query"]
-        self.ids_given = (first["query_ids"], first["reference_ids"] if not self.self_search else first["query_ids"])
-        self.float_labels = any(s["float_labels"] for s in summaries)
-        budget = int(first["budget_mb"] * 2**20)
-        self.tile_bytes = min(DEFAULT_MAX_BLOCK_BYTES, budget // 4)
-        per_row = 4 * self.d + 4 * (self.d + 2)
-        self.block = (budget - self.tile_bytes) // per_row
-        if self.block < MIN_BLOCK_ROWS:
-            need = math.ceil((MIN_BLOCK_ROWS * per_row + min(DEFAULT_MAX_BLOCK_BYTES, budget)) / 2**20 * 4 / 3)
-            raise ValueError(f"budget_mb={first['budget_mb']:g} is too small for one gallery block of "
-                             f"{MIN_BLOCK_ROWS} rows of dimension {self.d} plus the score tiles; raise budget_mb "
-                             f"to at least {max(need, 1)}")
-
-
-def _check_permutation(name: str, parts: list[np.ndarray], n: int) -> None:
-    ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    if len(ids) != n or (n and (ids.min() < 0 or ids.max() >= n or len(np.unique(ids)) != n)):
-        raise ValueError(f"the {name} of all processes must be 0 .. {n - 1}, each once (e.g. "
-                         "dmlkit.distributed.shard_indices of the dataset); they are not")
 
 
 def _default_ids(sizes: list[int], rank: int) -> np.ndarray:
@@ -346,14 +210,14 @@ def _gather_ids_labels(comm: _Group, ids: np.ndarray | None, labels: np.ndarray,
         [_default_ids(sizes, r) for r in range(comm.world)]
     label_parts = comm.gather(torch.as_tensor(labels, dtype=dtype), sizes)
     n = sum(sizes)
-    _check_permutation(name, id_parts, n)
+    check_permutation(name, id_parts, n)
     all_labels = np.empty(n, dtype=np.float64 if float_labels else np.int64)
     for p_ids, p_labels in zip(id_parts, label_parts):
         all_labels[p_ids] = p_labels.numpy()
     return id_parts, all_labels
 
 
-def _run(comm: _Group, shard: _Shard, plan: _Plan) -> dict[str, float]:
+def _run(comm: _Group, shard: Shard, plan: Plan) -> dict[str, float]:
     q_ids_by_rank, ql_all = _gather_ids_labels(comm, shard.q_ids, shard.ql, plan.q_sizes, plan.float_labels, "query_ids")
     if plan.self_search:
         g_ids_by_rank, gl_all = q_ids_by_rank, ql_all
@@ -376,26 +240,20 @@ def _run(comm: _Group, shard: _Shard, plan: _Plan) -> dict[str, float]:
             raise ValueError("ref_includes_query=True needs the labels of reference ids 0..n_query-1 to equal the "
                              "query labels (the queries must come first in the reference set)")
 
-    # R_i and K exactly as retrieval_metrics computes them, from the gathered labels
-    _, codes = np.unique(np.concatenate([ql_all, gl_all]), return_inverse=True)
-    q_codes, g_codes = codes[:n_q].astype(np.int64), codes[n_q:].astype(np.int64)
-    rel_count = np.bincount(g_codes, minlength=int(codes.max()) + 1)[q_codes] - int(plan.exclude)
-    active = rel_count > 0
-    names = metric_names(plan.ks)
-    if not active.any():
-        warnings.warn("No query label occurs among the other reference items, so every retrieval metric is "
-                      "undefined (nan).", RuntimeWarning, stacklevel=3)
-        return {name: math.nan for name in names}
-    num_k = min(n_g - int(plan.exclude), max([int(rel_count[active].max()), *plan.ks]))
+    rel = relevance(ql_all, gl_all, plan.exclude)  # R_i and K as retrieval_metrics has them
+    if not rel.active.any():
+        return undefined_metrics(plan.ks, stacklevel=4)
+    num_k = rel.neighbours_needed(plan.ks, n_g - int(plan.exclude))
 
     best_d, best_i = _search(comm, shard.q, q_ids, g_local, g_ids_by_rank, plan, num_k)
 
     # each local query's contribution, gathered in global order and summed as one process sums
+    active, q_codes, g_codes = rel.active, rel.query_codes, rel.reference_codes
     local_active = active[q_ids]
-    values = np.zeros((len(q_ids), 3 + len(plan.ks)), dtype=np.float64)
+    values = np.zeros((len(q_ids), len(metric_names(plan.ks))), dtype=np.float64)
     if local_active.any():
         match = g_codes[best_i.numpy()[local_active]] == q_codes[q_ids[local_active], None]
-        values[local_active] = per_query_values(match, rel_count[q_ids[local_active]], plan.ks)
+        values[local_active] = per_query_values(match, rel.counts[q_ids[local_active]], plan.ks)
     parts = comm.gather(torch.from_numpy(values), plan.q_sizes)
     all_values = np.empty((n_q, values.shape[1]), dtype=np.float64)
     for p_ids, part in zip(q_ids_by_rank, parts):
@@ -405,11 +263,11 @@ def _run(comm: _Group, shard: _Shard, plan: _Plan) -> dict[str, float]:
     for a0 in range(0, n_q, rows):
         sel = np.flatnonzero(active[a0 : a0 + rows]) + a0
         sums.add_values(all_values[sel])
-    return sums.result(names)
+    return sums.result()
 
 
 def _search(comm: _Group, q: torch.Tensor, q_ids: np.ndarray, g_local: torch.Tensor,
-            g_ids_by_rank: list[np.ndarray], plan: _Plan, num_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+            g_ids_by_rank: list[np.ndarray], plan: Plan, num_k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-``num_k`` (float64 squared distances, global gallery ids) of the local queries, ordered by
     (distance, id), against every gallery block of every process."""
     n_local = q.shape[0]

@@ -62,33 +62,16 @@ from dmlkit.evaluation.approx_index import (
     set_search_param, tune_search,
 )
 from dmlkit.evaluation.clustering_streamed import clustering_metrics_from_file
+from dmlkit.evaluation.embedding_file import open_embeddings
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, knn_search
-from dmlkit.evaluation.retrieval import MetricSums, check_ks, check_labels, metric_names
+from dmlkit.evaluation.metric_values import MetricSums
+from dmlkit.evaluation.relevance import Relevance, relevance, undefined_metrics
+from dmlkit.evaluation.retrieval import check_ks, check_labels
 from dmlkit.validation import is_int, is_real
 
 __all__ = ["retrieval_metrics_from_file", "clustering_metrics_from_file", "nearest_distances_from_file", "APPROX_METHODS"]
 
 _MIN_ROWS = 64
-
-
-def _open(data: str | Path | np.ndarray) -> np.ndarray:
-    if isinstance(data, (str, Path)):
-        path = Path(data)
-        if not path.is_file():
-            raise ValueError(f"embeddings file '{path}' does not exist; save the embeddings with numpy.save(path, array)")
-        try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError as err:
-            raise ValueError(f"'{path}' is not a .npy array of embeddings ({err}); write it with numpy.save") from err
-    elif isinstance(data, np.ndarray):
-        arr = data
-    else:
-        raise ValueError(f"pass the path of a .npy file or a numpy array / memmap; got {type(data).__name__}")
-    if arr.ndim != 2 or arr.shape[0] < 2 or arr.shape[1] < 1:
-        raise ValueError(f"embeddings must have shape (n, d) with n >= 2; got {arr.shape}")
-    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"embeddings must hold real numbers; got dtype {arr.dtype}")
-    return arr
 
 
 def _rows(arr: np.ndarray, start: int, stop: int) -> torch.Tensor:
@@ -150,7 +133,7 @@ def nearest_distances_from_file(embeddings: str | Path | np.ndarray, ids: Any, *
 
     The reference that approximate search is measured against (``approx_recall_at_1``).
     """
-    arr = _open(embeddings)
+    arr = open_embeddings(embeddings, min_rows=2)
     n, d = arr.shape
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
     if ids.size and (ids.min() < 0 or ids.max() >= n):
@@ -255,28 +238,21 @@ def retrieval_metrics_from_file(
         seed: seed of the samples (IVF training set, recall sample, query sample).
 
     Returns:
-        The keys of ``metric_names(ks)``; in approximate mode also ``approx_recall_at_1``,
+        The registered metrics' keys (``metric_names(ks)``); in approximate mode also ``approx_recall_at_1``,
         ``approx_recall_sample``, the search parameter used (``approx_nprobe`` or ``approx_efSearch``),
         the build parameter (``approx_nlist`` or ``approx_M``, unless loaded) and, when tuned,
         ``approx_tune_sample`` and ``approx_target_reached`` (1.0 or 0.0); with ``query_sample``
         also ``num_queries``.
     """
     ks = check_ks(ks)
-    arr = _open(embeddings)
+    arr = open_embeddings(embeddings, min_rows=2)
     n, d = arr.shape
-    y = check_labels(labels, "labels", n, "embeddings")
-    if y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0):
-        raise ValueError("labels must be integer class ids; got fractional values")
+    rel = relevance(_integer_labels(labels, n), None, exclude_self=True)
     if not is_real(budget_mb) or not budget_mb > 0:
         raise ValueError(f"budget_mb must be a positive number of megabytes; got {budget_mb!r}")
-    _, codes = np.unique(y, return_inverse=True)
-    codes = codes.reshape(-1).astype(np.int64)
-    rel_count = np.bincount(codes)[codes] - 1
-    names = metric_names(ks)
-    if not (rel_count > 0).any():
-        warnings.warn("No label occurs twice, so every retrieval metric is undefined (nan).", RuntimeWarning, stacklevel=2)
-        return {name: math.nan for name in names}
-    k = min(n - 1, max([int(rel_count.max()), *ks]))
+    if not rel.active.any():
+        return undefined_metrics(ks)
+    k = rel.neighbours_needed(ks, n - 1)
     budget = int(budget_mb * 2**20)
     tile = min(DEFAULT_MAX_BLOCK_BYTES, budget // 4)
     block = _block_rows(budget, d, k, tile, n)
@@ -287,24 +263,36 @@ def retrieval_metrics_from_file(
     if approx is not None or index_file is not None:
         index, info = _approx_setup(arr, approx, approx_params, index_file, target_recall, recall_sample, tune_sample,
                                     block, tile, rng, seed)
-    sums = MetricSums(ks)
-    for a0 in range(0, len(queries), block):
-        q_ids_np = queries[a0 : a0 + block]
-        q_ids = torch.from_numpy(q_ids_np)
-        q = torch.from_numpy(np.ascontiguousarray(arr[q_ids_np], dtype=np.float32))
-        if not bool(torch.isfinite(q).all()):
-            raise ValueError("the embeddings contain NaN or infinite values; check the model output before evaluating.")
-        if index is None:
-            idx_np = _exact(arr, q, q_ids, k, block, tile)[1].numpy()
-        else:
-            idx_np = search_neighbours(index[0], q.numpy(), q_ids_np, k, arr, index[1])[1]
-        neighbour_codes = np.where(idx_np >= 0, codes[np.clip(idx_np, 0, None)], -1)
-        active = rel_count[q_ids_np] > 0
-        match = neighbour_codes[active] == codes[q_ids_np][active, None]
-        sums.add(match, rel_count[q_ids_np][active])
-    out = sums.result(names)
+    out = _streamed_sums(arr, rel, queries, k, block, tile, index, ks).result()
     if query_sample is not None:
         out["num_queries"] = float(len(queries))
     out.update(info)
     return out
 
+
+def _integer_labels(labels: Any, n: int) -> np.ndarray:
+    y = check_labels(labels, "labels", n, "embeddings")
+    if y.dtype.kind == "f" and not np.all(np.mod(y, 1) == 0):
+        raise ValueError("labels must be integer class ids; got fractional values")
+    return y
+
+
+def _streamed_sums(arr: np.ndarray, rel: Relevance, queries: np.ndarray, k: int, block: int, tile: int,
+                   index: tuple[Any, int] | None, ks: tuple[int, ...]) -> MetricSums:
+    """The metric sums of ``queries``, searched ``block`` at a time (exactly, or in ``index``)."""
+    sums = MetricSums(ks)
+    codes = rel.query_codes
+    for a0 in range(0, len(queries), block):
+        q_ids_np = queries[a0 : a0 + block]
+        q = torch.from_numpy(np.ascontiguousarray(arr[q_ids_np], dtype=np.float32))
+        if not bool(torch.isfinite(q).all()):
+            raise ValueError("the embeddings contain NaN or infinite values; check the model output before evaluating.")
+        if index is None:
+            idx_np = _exact(arr, q, torch.from_numpy(q_ids_np), k, block, tile)[1].numpy()
+        else:
+            idx_np = search_neighbours(index[0], q.numpy(), q_ids_np, k, arr, index[1])[1]
+        neighbour_codes = np.where(idx_np >= 0, codes[np.clip(idx_np, 0, None)], -1)
+        active = rel.active[q_ids_np]
+        match = neighbour_codes[active] == codes[q_ids_np][active, None]
+        sums.add(match, rel.counts[q_ids_np][active])
+    return sums

@@ -5,7 +5,7 @@ use it), ``format_mean_std`` its one ``"mean ± std"`` cell, ``markdown_grid`` i
 
 Column sets follow the tables they mimic: ``thesis`` (P@1 and MAP@R, Table 3.1 /
 5.1), ``sft`` (R@1/2/4, NMI, F1, SFT Table 1), ``all`` (every retrieval and
-clustering metric). Each cell is ``mean ± std`` over seeds in percent, the way
+clustering metric, a registered plug-in metric included: ``register_retrieval_metric``). Each cell is ``mean ± std`` over seeds in percent, the way
 the papers print them; ``std`` is the sample standard deviation (0 for one seed).
 """
 
@@ -26,6 +26,10 @@ COLUMN_SETS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+#: The K of a plug-in ``per_k`` metric's columns in the ``all`` set (the built-in Recall@K's).
+_PLUG_IN_KS = (1, 2, 4, 8)
+
+
 def mean_std(values: Sequence[float], single_std: float = 0.0) -> tuple[float, float]:
     """Mean and sample standard deviation (``n - 1``) over seeds; NaN for no values.
 
@@ -42,9 +46,19 @@ def mean_std(values: Sequence[float], single_std: float = 0.0) -> tuple[float, f
 
 
 def check_columns(columns: str) -> list[tuple[str, str]]:
+    """``(header, metric key)`` of the column set ``columns``; ``all`` ends with the registered plug-in metrics."""
     if columns not in COLUMN_SETS:
         raise ValueError(f"unknown column set '{columns}'; valid: {', '.join(COLUMN_SETS)}")
-    return COLUMN_SETS[columns]
+    if columns != "all":
+        return COLUMN_SETS[columns]
+    from dmlkit.evaluation.metric_registry import retrieval_metric_list
+
+    cols = list(COLUMN_SETS["all"])
+    shown = {key for _, key in cols} | {"recall_at_1"}  # R@1 is P@1
+    for metric in retrieval_metric_list():
+        ks = _PLUG_IN_KS if metric.per_k else (None,)
+        cols += [(metric.short.format(k=k), metric.name.format(k=k)) for k in ks if metric.name.format(k=k) not in shown]
+    return cols
 
 
 def summarise(per_seed: Sequence[dict[str, float]], single_std: float = 0.0) -> dict[str, tuple[float, float]]:

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+from dmlkit.evaluation.metric_values import short_metric_name
 from dmlkit.protocols.table import mean_std
 from dmlkit.report.runs import RunRecord, config_differences, group_runs, load_runs, seed_repeats
 
@@ -66,17 +67,6 @@ def _figure(data: bytes, caption: str, alt: str | None = None) -> str:
         f'<figure><img src="{_png_uri(data)}" alt="{_e(alt or caption)}">'
         f"<figcaption>{_e(caption)}</figcaption></figure>"
     )
-
-
-def short_metric_name(name: str) -> str:
-    """``precision_at_1`` -> ``P@1``, ``recall_at_4`` -> ``R@4``, ``mean_average_precision_at_r`` -> ``MAP@R``."""
-    fixed = {"mean_average_precision_at_r": "MAP@R", "r_precision": "RP"}
-    if name in fixed:
-        return fixed[name]
-    for prefix, short in (("precision_at_", "P@"), ("recall_at_", "R@")):
-        if name.startswith(prefix):
-            return short + name[len(prefix):]
-    return name
 
 
 def _table(header: Sequence[str | tuple[str, str]], rows: Sequence[Sequence[str]], raw: bool = False, cls: str = "") -> str:
