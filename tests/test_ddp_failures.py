@@ -6,40 +6,23 @@ what happened and how to resume, torchrun names the rank that died, nothing alre
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 import torch
 
-from tests_helpers import TINY_OVERRIDES
+from tests_helpers import TINY_OVERRIDES, torchrun
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dmlkit", "train"]
 SETS = [a for o in TINY_OVERRIDES + ["plots=false"] for a in ("--set", o)]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def _torchrun(args: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
-    """torchrun, started again once when a process aborted in the C++ runtime before dmlkit reported anything
-    (SIGABRT, "terminate called without an active exception", right after the process group started): seen once
-    in a clean-clone run on a loaded machine, not reproduced in 3 tries of the same commands; gloo races of this
-    kind are reported upstream (e.g. pytorch/pytorch#188266). Any other failure is returned as it is."""
-    done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=env)
-    aborted_at_start = "SIGABRT" in done.stderr and "terminate called without an active exception" in done.stderr
-    if done.returncode != 0 and aborted_at_start and "dmlkit train:" not in done.stderr:
-        done = subprocess.run([*TORCHRUN, *args], capture_output=True, text=True, timeout=timeout, env=env)
-    return done
 
 
 def _train(run_dir, fault: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return _torchrun(["configs/quickstart.yaml", *SETS, "--run-dir", str(run_dir), "--quiet"],
-                     {**ENV, **(fault or {})}, timeout)
+    return torchrun(["train", "configs/quickstart.yaml", *SETS, "--run-dir", str(run_dir), "--quiet"], fault, timeout)
 
 
 def _resume_and_compare(run_dir, uninterrupted: dict) -> None:
-    resumed = _torchrun(["--resume", str(run_dir), "--quiet"], ENV, 300)
+    resumed = torchrun(["train", "--resume", str(run_dir), "--quiet"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((run_dir / "summary.json").read_text())["test"] == pytest.approx(uninterrupted, abs=1e-6)
 

@@ -221,16 +221,12 @@ def test_fabric_options_follow_torchrun():
 @pytest.mark.slow
 def test_torchrun_trains_on_two_processes_and_only_rank_zero_writes(tmp_path):
     import json
-    import subprocess
-    import sys
 
-    from tests_helpers import TINY_OVERRIDES
+    from tests_helpers import TINY_OVERRIDES, torchrun
 
     run_dir = tmp_path / "ddp"
     sets = [a for o in TINY_OVERRIDES + ["plots=false"] for a in ("--set", o)]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "dmlkit", "train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = torchrun(["train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Starting with 2 processes" in done.stdout + done.stderr
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -246,27 +242,22 @@ def test_torchrun_trains_on_two_processes_and_only_rank_zero_writes(tmp_path):
 @pytest.mark.faults
 def test_a_two_process_run_killed_resumes_only_with_two_processes(tmp_path, capsys):
     import json
-    import subprocess
-    import sys
 
     from dmlkit.cli import main
-    from tests_helpers import TINY_OVERRIDES
+    from tests_helpers import TINY_OVERRIDES, torchrun
 
     sets = [a for o in TINY_OVERRIDES + ["plots=false"] for a in ("--set", o)]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dmlkit", "train"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     full, cut = tmp_path / "full", tmp_path / "cut"
-    done = subprocess.run([*torchrun, "configs/quickstart.yaml", *sets, "--run-dir", str(full), "--quiet"],
-                          capture_output=True, text=True, timeout=600, env=env)
+    done = torchrun(["train", "configs/quickstart.yaml", *sets, "--run-dir", str(full), "--quiet"], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    killed = subprocess.run([*torchrun, "configs/quickstart.yaml", *sets, "--run-dir", str(cut), "--quiet"],
-                            capture_output=True, text=True, timeout=600, env={**env, "DMLKIT_FAULT": "step:6"})
+    killed = torchrun(["train", "configs/quickstart.yaml", *sets, "--run-dir", str(cut), "--quiet"],
+                      {"DMLKIT_FAULT": "step:6"}, timeout=600)
     assert killed.returncode != 0 and not (cut / "summary.json").exists()
     last = (cut / "last.pt").read_bytes()
     assert main(["train", "--resume", str(cut), "--quiet"]) == 2  # one process: refused, nothing written
     assert "trained by 2 process(es) and this resume has 1" in capsys.readouterr().err
     assert (cut / "last.pt").read_bytes() == last
-    resumed = subprocess.run([*torchrun, "--resume", str(cut), "--quiet"], capture_output=True, text=True, timeout=600, env=env)
+    resumed = torchrun(["train", "--resume", str(cut), "--quiet"], timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = (json.loads((d / "summary.json").read_text())["test"] for d in (full, cut))
     assert a == pytest.approx(b, abs=1e-6)

@@ -190,23 +190,18 @@ def test_torchrun_training_and_evaluate_report_the_one_process_metrics(tmp_path)
     """End to end: a 2-process run's test metrics (trainer, sharded) and ``torchrun ... dmlkit evaluate``
     equal ``dmlkit evaluate`` of the same checkpoint in one process."""
     import json
-    import subprocess
-    import sys
 
     from dmlkit.assemble import evaluate_run
-    from tests_helpers import TINY_OVERRIDES
+    from tests_helpers import TINY_OVERRIDES, torchrun
 
     run_dir = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dmlkit"]
     sets = [a for o in TINY_OVERRIDES + ["plots=false"] for a in ("--set", o)]
-    done = subprocess.run([*torchrun, "train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = torchrun(["train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"])
     assert done.returncode == 0, done.stderr[-3000:]
     trained = json.loads((run_dir / "summary.json").read_text())["test"]
     one = evaluate_run(run_dir)
     assert trained == one
-    done = subprocess.run([*torchrun, "evaluate", str(run_dir)], capture_output=True, text=True, timeout=300, env=env)
+    done = torchrun(["evaluate", str(run_dir)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == one  # printed once, by rank 0
     assert json.loads((run_dir / "eval_test.json").read_text())["precision_at_1"] == one["precision_at_1"]
@@ -217,12 +212,10 @@ def test_torchrun_queries_against_a_gallery_report_the_one_process_metrics(tmp_p
     """The same with a query split against a gallery split (In-shop layout), clustering on: the trainer's
     validation and test search the gallery shards; ``dmlkit evaluate --split query`` under torchrun agrees."""
     import json
-    import subprocess
-    import sys
 
     import dataset_miniatures as M
     from dmlkit.assemble import evaluate_run
-    from tests_helpers import TINY_OVERRIDES
+    from tests_helpers import TINY_OVERRIDES, torchrun
 
     root = M.write_inshop(tmp_path / "data", train_items=24, test_items=6)
     overrides = TINY_OVERRIDES + [
@@ -231,16 +224,12 @@ def test_torchrun_queries_against_a_gallery_report_the_one_process_metrics(tmp_p
         "train.val_every=2", "train.batch_size=12",
     ]
     run_dir = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dmlkit"]
     sets = [a for o in overrides for a in ("--set", o)]
-    done = subprocess.run([*torchrun, "train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = torchrun(["train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"])
     assert done.returncode == 0, done.stderr[-3000:]
     one = evaluate_run(run_dir, "query")
     assert {"NMI", "F1", "precision_at_1"} <= set(one)
     assert json.loads((run_dir / "summary.json").read_text())["test"] == one
-    done = subprocess.run([*torchrun, "evaluate", str(run_dir), "--split", "query"], capture_output=True, text=True,
-                          timeout=300, env=env)
+    done = torchrun(["evaluate", str(run_dir), "--split", "query"])
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == one

@@ -90,7 +90,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return stop.exit_code
     if trainer.fabric.is_global_zero:
         print_summary(summary, trainer.folder.path, wall_seconds=time.monotonic() - started)
+    _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """Shut a finished multi-process run's process group down before the interpreter exits, so the backend's
+    threads are joined while Python still runs, not in the exit-time destructors (a thread still joinable there
+    aborts the process with "terminate called without an active exception", which CI has seen, rarely, under
+    torchrun). Only on success: after a peer's failure the survivors exit with their own error."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | None = None) -> None:
