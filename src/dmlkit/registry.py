@@ -33,6 +33,11 @@ class Registry(Generic[T]):
 
         return add(factory) if factory is not None else add
 
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a test's or a notebook's own component); an unknown name is an error."""
+        self.get(name)
+        del self._factories[name]
+
     def names(self) -> list[str]:
         return sorted(self._factories)
 

@@ -64,18 +64,19 @@ def build_loss(
     """Build ``(loss, miner)`` from ``cfg``; ``miner`` is None when no mining is asked for.
 
     ``num_classes`` (number of training classes) and ``embedding_size`` reach
-    only the losses that take them.  For ``xbm`` the miner runs inside the
-    memory (batch against memory), so it is passed to the loss and the returned
-    miner is None.
+    only the losses that take them.  A loss registered with ``takes_miner=True``
+    (``xbm``: the miner runs inside the memory, batch against memory) gets the
+    miner as its ``miner`` / ``miner_params`` parameters, and the returned miner
+    is None.
     """
     entry = get_loss_entry(cfg.name)
     params = dict(cfg.params)
     if isinstance(params.get("distance"), dict):
         params["distance"] = build_distance(params["distance"])
-    if cfg.name == "xbm":
+    if entry.takes_miner:
         if cfg.miner != DEFAULT_MINER or cfg.miner_params:
             if "miner" in params or "miner_params" in params:
-                raise ValueError("give the xbm miner either as loss.miner or as loss.params.miner, not both")
+                raise ValueError(f"give the {cfg.name} miner either as loss.miner or as loss.params.miner, not both")
             params["miner"] = cfg.miner
             params["miner_params"] = dict(cfg.miner_params)
         return create_loss(cfg.name, num_classes=num_classes, embedding_size=embedding_size, **params), None

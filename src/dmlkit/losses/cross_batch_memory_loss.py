@@ -110,7 +110,7 @@ def xbm_supported_losses() -> list[str]:
     ]
 
 
-@register_loss("xbm", builds=None)
+@register_loss("xbm", builds=None, takes_miner=True)
 def xbm(
     embedding_size: int,
     loss: str = "contrastive",

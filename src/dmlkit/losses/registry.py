@@ -16,6 +16,9 @@ hyper-parameters (``loss_defaults(name)`` reads them back), e.g.::
   without such a parameter never receive it, so a trainer can always call
   ``create_loss(name, num_classes=..., embedding_size=..., **params)``.
 * ``default_miner`` names the miner the loss is meant to be used with (or None).
+* ``takes_miner=True``: the loss runs its miner itself (XBM mines each batch against its memory), so the
+  config's ``loss.miner`` / ``loss.miner_params`` reach the factory as ``miner`` / ``miner_params`` and no
+  miner is applied outside it.
 
 A loss class may also be registered directly (``register_loss(name)(MyLoss)``).
 Registered losses follow PML's signature ``loss(embeddings, labels,
@@ -85,6 +88,7 @@ class ComponentEntry:
     factory: Callable[..., nn.Module]
     builds: type | None = None
     default_miner: str | None = None
+    takes_miner: bool = False
 
     def __call__(self, **kwargs: Any) -> nn.Module:
         return self.factory(**kwargs)
@@ -133,18 +137,20 @@ _LOSSES: Registry[ComponentEntry] = Registry("loss")
 _MINERS: Registry[ComponentEntry] = Registry("miner")
 
 
-def _register(registry: Registry, kind: str, name: str, builds: type | None, default_miner: str | None) -> Callable:
+def _register(registry: Registry, kind: str, name: str, builds: type | None, default_miner: str | None,
+              takes_miner: bool = False) -> Callable:
     def add(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         target = builds if builds is not None else (factory if inspect.isclass(factory) else None)
-        registry.register(name, ComponentEntry(name, kind, factory, target, default_miner))
+        registry.register(name, ComponentEntry(name, kind, factory, target, default_miner, takes_miner))
         return factory
 
     return add
 
 
-def register_loss(name: str, *, builds: type | None = None, default_miner: str | None = None) -> Callable:
+def register_loss(name: str, *, builds: type | None = None, default_miner: str | None = None,
+                  takes_miner: bool = False) -> Callable:
     """Decorator registering a loss factory (or class) under ``name``; see the module docstring."""
-    return _register(_LOSSES, "loss", name, builds, default_miner)
+    return _register(_LOSSES, "loss", name, builds, default_miner, takes_miner)
 
 
 def register_miner(name: str, *, builds: type | None = None) -> Callable:

@@ -1,6 +1,7 @@
 """GSP diagnostics as a training method: did the pooling select anything?
 
-On for every run whose pooling is GSP (``model.pooling: gsp`` or ``gsp_gmp``). After each training
+On for every run whose pooling declares ``reports_selection_entropy`` (GSP: ``model.pooling: gsp`` or
+``gsp_gmp``). After each training
 step it adds to the step's logged record (``metrics.jsonl``) the batch mean of the entropy of the
 pooling weights ``w_j = (1/n - rho_j)/mu`` (Eq. 5.2.1), ``gsp/entropy``, and the effective number of
 pooled features ``gsp/effective_features = exp(H)``; GAP is ``log n`` and ``n``. At the end the
@@ -17,14 +18,12 @@ from typing import TYPE_CHECKING, Any
 from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.methods.base import BuildContext, Method
 from dmlkit.pooling.gsp_diagnostics import weight_summary
+from dmlkit.pooling.registry import list_poolings, pooling_factory
 
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
 
 __all__ = ["GSPDiagnostics", "PoolingEntropyLog"]
-
-GSP_POOLINGS = ("gsp", "gsp_gmp")
-
 
 class PoolingEntropyLog(Callback):
     """Adds ``gsp/entropy`` and ``gsp/effective_features`` to each step's record; ``gsp`` to the summary."""
@@ -70,7 +69,9 @@ class GSPDiagnostics(Method):
 
     @classmethod
     def from_config(cls, cfg: "ExperimentConfig") -> "GSPDiagnostics | None":
-        return cls() if cfg.model.pooling in GSP_POOLINGS else None
+        if cfg.model.pooling not in list_poolings():
+            return None  # a pooling the config check reports; nothing to log
+        return cls() if getattr(pooling_factory(cfg.model.pooling), "reports_selection_entropy", False) else None
 
     def setup(self, ctx: BuildContext) -> None:
         pooling = getattr(ctx.model, "pooling", None)

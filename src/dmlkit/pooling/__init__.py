@@ -24,7 +24,7 @@ from dmlkit.pooling.gsp_gmp import GSPGMP, gsp_gmp
 from dmlkit.pooling.gsp_diagnostics import gsp_pooling_weights, weight_entropy, weight_summary
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS, PrototypeMemory, kcenter_prototypes
 from dmlkit.pooling.netvlad import MAX_CLUSTERS, NetVLAD, netvlad
-from dmlkit.pooling.registry import create_pooling, list_poolings, register_pooling
+from dmlkit.pooling.registry import create_pooling, list_poolings, pooling_factory, register_pooling
 from dmlkit.pooling.simple import GAP, GAPGMP, GMP, GeM, gap, gap_gmp, gem, gmp
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "create_pooling",
     "list_poolings",
     "register_pooling",
+    "pooling_factory",
 ]
 
 

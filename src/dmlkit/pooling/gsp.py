@@ -217,6 +217,9 @@ class GSP(nn.Module):
     cost about 1 to every unit feature and stops selecting.
     """
 
+    #: Each forward records ``last_entropy`` and ``last_features``: ``methods.gsp_diagnostics`` logs them.
+    reports_selection_entropy = True
+
     def __init__(
         self,
         dim: int,

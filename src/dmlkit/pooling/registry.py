@@ -23,7 +23,7 @@ from torch import nn
 
 from dmlkit.registry import Registry
 
-__all__ = ["create_pooling", "list_poolings", "register_pooling"]
+__all__ = ["create_pooling", "list_poolings", "pooling_factory", "register_pooling"]
 
 _POOLINGS: Registry[nn.Module] = Registry("pooling")
 
@@ -41,6 +41,12 @@ def create_pooling(name: str, dim: int, **kwargs: Any) -> nn.Module:
     if not isinstance(dim, int) or dim < 1:
         raise ValueError(f"pooling dim must be a positive integer (the local feature channels), got {dim!r}")
     return _POOLINGS.create(name, dim=dim, **kwargs)
+
+
+def pooling_factory(name: str) -> Callable[..., nn.Module]:
+    """The class (or factory) registered as ``name``, unbuilt: what a pooling declares (class attributes)
+    can be asked of it before any model exists. Unknown names raise ``ValueError`` listing the valid ones."""
+    return _POOLINGS.get(name)
 
 
 def list_poolings() -> list[str]:
