@@ -5,7 +5,8 @@ One process embeds the whole split and scores it (on the GPU when the run is the
 bare module (no DDP collectives while embedding) and score the shards against each other
 (``evaluate_embedding_shards``): no process gathers the embeddings for retrieval, and every process gets the
 values of one process. The queries are gathered, in dataset order, only where clustering or the plots need
-them (:meth:`Evaluator.test`). This is the one gather path of the training loop.
+them (:meth:`Evaluator.test`). This is the one gather path of the training loop. ``validation_score`` is the
+value the stopping rule sees, refused when the validation split leaves it undefined.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dmlkit.engine.config import EvalConfig
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
 
-__all__ = ["Evaluator"]
+__all__ = ["Evaluator", "validation_score"]
 
 Shard = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # embeddings, labels, positions in the dataset
 
@@ -100,3 +101,17 @@ class Evaluator:
         refs = self.embed(reference) if reference is not None else (None, None)
         return evaluate_embeddings(embeddings, labels, *refs, ks=tuple(self.cfg.ks), clustering=with_clustering,
                                    seed=self.seed, search_device=self._search_device())
+
+
+def validation_score(metrics: dict[str, float], metric: str, step: int, dataset: Any) -> float:
+    """``metrics[metric]`` of a validation at ``step``; a ValueError when it is NaN with finite weights: no
+    query of the validation split ``dataset`` has another image of its class among the references."""
+    score = metrics[metric]
+    if score != score:
+        raise ValueError(
+            f"validation {metric} at step {step} is undefined (nan): no validation query has another "
+            f"image of its class among the references. The validation split holds {len(dataset)} images of "
+            f"{getattr(dataset, 'num_classes', '?')} classes; every class needs at least 2 images (a dataset or "
+            "split with more images per class, or another data.val_fraction)"
+        )
+    return score

@@ -7,41 +7,44 @@ Lightning Fabric. Methods reach the loop only through those parts and their call
 random choice comes from the run's seed: the model's initialisation, the sampler's batches
 (seed, epoch) and the augmentation (seed, epoch, index), so a run resumed from ``last.pt`` ends
 with the same weights and metrics as an uninterrupted one.
+
+The loop's helpers live beside it: the run folder's start or continuation (``engine/resume.py``), the
+training loader (``engine/train_loader.py``), what several processes change (``engine/processes.py``) and
+the evaluation (``engine/evaluator.py``).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Sampler
 
-from dmlkit.distributed import ShardedBatchSampler, all_gather_no_grad, all_gather_with_grad
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import CheckpointWriteError, load_checkpoint, load_model_state, non_finite_entries, save_checkpoint
 from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
-from dmlkit.engine.environment import check_resume, current_environment, read_environment
-from dmlkit.engine.evaluator import Evaluator
+from dmlkit.engine.environment import current_environment
+from dmlkit.engine.evaluator import Evaluator, validation_score
 from dmlkit.engine.execution import check_execution, prepare_model, to_channels_last
 from dmlkit.engine.launch import check_precision, fabric_options
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.optim import build_optimizer, build_scheduler
 from dmlkit.engine.parts import RunParts
-from dmlkit.engine.peers import PeerProcessLost, is_peer_failure
+from dmlkit.engine.peers import is_peer_failure
+from dmlkit.engine.processes import global_batch, shard_sampler, signal_anywhere
 from dmlkit.engine.progress import TrainingProgress
+from dmlkit.engine.resume import finished_summary, kept_checkpoint, open_run_folder, peer_lost, record_resume, resume_command
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
+from dmlkit.engine.train_loader import EpochLoader
 from dmlkit.engine.weight_decay import exclude_from_weight_decay
 from dmlkit.evaluation.retrieval import metric_names
 from dmlkit.faults import fault_point
-from dmlkit.io import write_json_atomic, write_text_atomic
+from dmlkit.io import write_json_atomic
 
 
 class NonFiniteError(RuntimeError):
@@ -68,21 +71,6 @@ class LoopState:
     history: list[dict] = field(default_factory=list)
 
 
-class _SkipBatches(Sampler):
-    """A batch sampler that skips its first ``skip`` batches (resume inside an epoch)."""
-
-    def __init__(self, batch_sampler: Sampler, skip: int) -> None:
-        self.batch_sampler, self.skip = batch_sampler, skip
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for i, batch in enumerate(self.batch_sampler):
-            if i >= self.skip:
-                yield batch
-
-    def __len__(self) -> int:
-        return max(0, len(self.batch_sampler) - self.skip)
-
-
 class Trainer:
     """Runs one experiment's parts into a run folder; ``fit()`` returns the summary it writes."""
 
@@ -100,23 +88,36 @@ class Trainer:
         self.resuming = resuming
         self.plots = parts.plots
         self.state = LoopState()
-        self._loader: DataLoader | None = None  # the training loader (_epoch_loader)
-        self._batches: _SkipBatches | None = None
+        self.splits, self.stopper = parts.splits, parts.stopper
+        self.sampler: Any = parts.batch_sampler  # with several processes, this process's slice of it (_setup)
+        # made in _setup, once Fabric has launched the run's processes
+        self.fabric: Any = None  # lightning.fabric.Fabric
+        self.model: Any = None  # the model wrapped by Fabric
+        self.optimizer: Any = None  # wrapped by Fabric
+        self.scheduler: Any = None  # None without a learning-rate schedule
+        self.objective: nn.Module | None = None
+        self.evaluator: Evaluator | None = None
+        self.log: MetricsLog | None = None
+        self.loader: EpochLoader | None = None  # dropped when fit ends, so its persistent workers stop
+        self.signals: StopSignals | None = None  # while fit runs
+        self._test_embeddings: tuple[Any, Any] = (None, None)  # the final test's embeddings and labels, for the plots
 
     # ----------------------------------------------------------------- set-up
-    def _setup(self) -> None:
+    def _launch(self) -> None:
         from lightning.fabric import Fabric
 
-        t, parts = self.train_cfg, self.parts
-        self.fabric = Fabric(**fabric_options(t))  # DDP under torchrun (engine/launch.py)
+        self.fabric = Fabric(**fabric_options(self.train_cfg))  # DDP under torchrun (engine/launch.py)
         self.fabric.launch()
+
+    def _setup(self) -> None:
+        t, parts = self.train_cfg, self.parts
+        self._launch()
         if self._on_gpu():  # fixed image sizes: let cuDNN pick the fastest convolution algorithms
             torch.backends.cudnn.benchmark = True
         environment = current_environment(self.fabric.world_size, getattr(self.fabric.strategy, "num_nodes", 1),
                                           self.fabric.device, t.precision)
-        resume = self._open_folder(environment)
+        resume = open_run_folder(self.folder, environment, parts.config_text, self.resuming, self.fabric.is_global_zero)
         self.fabric.barrier()
-        self.splits = parts.splits
         groups = exclude_from_weight_decay(parts.param_groups, parts.model, parts.objective)  # no_weight_decay()
         optimizer = build_optimizer(groups, t)
         self.scheduler = build_scheduler(optimizer, t)
@@ -128,48 +129,15 @@ class Trainer:
         for name in parts.forward_methods:  # model methods besides forward that parts.encode calls
             self.model.mark_forward_method(name)
         self.objective = self.fabric.to_device(parts.objective)
-        self.sampler = parts.batch_sampler
         self.evaluator = Evaluator(self.fabric, self.eval_cfg, self.eval_model,
                                    lambda: self.parts.eval_model(self.model.module), parts.seed, parts.num_workers)
-        if self.fabric.world_size > 1:  # each process takes its slice of every global batch
-            self.sampler = ShardedBatchSampler(self.sampler, self.fabric.global_rank, self.fabric.world_size)
-        self.stopper = parts.stopper
+        self.sampler = shard_sampler(self.sampler, self.fabric)
+        self.loader = EpochLoader(self.splits.train, self.sampler, parts.num_workers, pin_memory=self._on_gpu())
         self.log = MetricsLog(self.folder.metrics, write=self.fabric.is_global_zero)
         if resume is not None:
             self._load_last()
             if self.fabric.is_global_zero:
-                self._record_resume(*resume, environment)
-
-    def _open_folder(self, environment: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, list[Any]]] | None:
-        """Lock the run folder for a fresh start (config and environment written; returns None) or for a
-        continuation from ``last.pt`` (returns the recorded environment and what differs from it now)."""
-        if self.resuming and self.folder.last_checkpoint.is_file():
-            self.folder.prepare_resume()
-            saved = read_environment(self.folder.environment)
-            differences = check_resume(saved, environment, self.folder.path) if saved is not None else {}
-            if self.fabric.is_global_zero:
-                self.folder.acquire()
-                self.folder.remove_temporaries()
-            return saved, differences
-        if self.fabric.is_global_zero:  # only rank 0 writes the run folder
-            self.folder.start_new(self.parts.config_text, own_config=self.resuming)  # a resume without last.pt restarts
-            write_text_atomic(self.folder.config, self.parts.config_text)
-            write_json_atomic(self.folder.environment, environment)
-        return None
-
-    def _record_resume(self, saved: dict[str, Any] | None, differences: dict[str, list[Any]], environment: dict[str, Any]) -> None:
-        """Append this resume to ``environment.json`` (warning about a changed device, thread count or versions)."""
-        if saved is None:  # a run folder of a dmlkit that recorded no environment
-            return
-        step = self.state.step
-        if differences:
-            changed = "; ".join(f"{key}: {before} -> {now}" for key, (before, now) in differences.items())
-            warnings.warn(
-                f"resuming '{self.folder.path}' at step {step} in another environment ({changed}); the run continues, "
-                "but its last digits may differ from an uninterrupted run", RuntimeWarning, stacklevel=3,
-            )
-        resumes = [*saved.get("resumes", []), {"step": step, **{k: environment[k] for k in differences}}]
-        write_json_atomic(self.folder.environment, {**saved, "resumes": resumes})
+                record_resume(self.folder, *resume, environment, self.state.step)
 
     def _checkpoint_state(self) -> dict[str, Any]:
         s = self.state
@@ -221,50 +189,17 @@ class Trainer:
                 self._write_summary(summary)
             return summary
         except RuntimeError as err:
-            fabric = getattr(self, "fabric", None)  # set in _setup
-            if fabric is None or fabric.world_size == 1 or not is_peer_failure(err):
+            if self.fabric is None or self.fabric.world_size == 1 or not is_peer_failure(err):
                 raise
-            raise PeerProcessLost(
-                f"rank {self.fabric.global_rank} stopped at step {self.state.step}: a collective with the run's "
-                f"other processes failed, so one of them died or lost its connection (torchrun's report names the "
-                f"rank and its exit code). Nothing more is written; {self._kept_checkpoint()}. Resume with the same "
-                f"number of processes: {self._resume_command()}"
-            ) from err
+            raise peer_lost(self.fabric.global_rank, self.state.step, self.folder, self.fabric.world_size) from err
         finally:
-            self._loader = self._batches = None  # its persistent workers stop
+            self.loader = None  # its persistent workers stop
             self.folder.release()
 
     def _already_finished(self) -> dict[str, Any]:
         """``--resume`` of a finished run: nothing is trained, tested or written; its summary is returned."""
-        from lightning.fabric import Fabric
-
-        self.fabric = Fabric(**fabric_options(self.train_cfg))
-        self.fabric.launch()
-        summary = json.loads(self.folder.summary.read_text())
-        if self.fabric.is_global_zero:
-            warnings.warn(
-                f"run folder '{self.folder.path}' holds a finished run ({summary.get('steps')} steps, summary.json); "
-                f"--resume has nothing to do. Evaluate it with: dmlkit evaluate {self.folder.path}",
-                RuntimeWarning, stacklevel=3,
-            )
-        return summary
-
-    def _epoch_loader(self) -> DataLoader:
-        """The training loader for the current epoch. With loader workers it is made once and its workers
-        persist across epochs (they read the epoch from shared memory, ``share_epoch``): restarting them each
-        epoch cost a GPU run most of its time (docs/device.md)."""
-        s, train, workers = self.state, self.splits.train, self.parts.num_workers
-        self.sampler.set_epoch(s.epoch)
-        train.set_epoch(s.epoch)
-        persistent = workers > 0 and hasattr(train, "share_epoch")
-        if self._loader is None or not persistent:
-            if persistent:
-                train.share_epoch()
-            self._batches = _SkipBatches(self.sampler, 0)
-            self._loader = DataLoader(train, batch_sampler=self._batches, num_workers=workers,
-                                      pin_memory=self._on_gpu(), persistent_workers=persistent)
-        self._batches.skip = s.batch_in_epoch  # read when the epoch's iteration starts, in this process
-        return self._loader
+        self._launch()
+        return finished_summary(self.folder, self.fabric.is_global_zero)
 
     def _on_gpu(self) -> bool:
         return self.fabric.device.type == "cuda"
@@ -272,7 +207,7 @@ class Trainer:
     def _run_epoch(self, progress: TrainingProgress) -> None:
         t, s = self.train_cfg, self.state
         started = time.perf_counter()
-        for images, labels in self._epoch_loader():
+        for images, labels in self.loader(s.epoch, s.batch_in_epoch):
             s.step += 1
             s.batch_in_epoch += 1
             outputs = self._train_step(images, labels)
@@ -292,16 +227,6 @@ class Trainer:
         s.epoch += 1
         s.batch_in_epoch = 0
 
-    def _global_batch(self, embeddings: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Embeddings (with gradient), labels and the encoder's extra tensors of every process's slice, in global-batch order."""
-        embeddings, labels = all_gather_with_grad(embeddings), all_gather_no_grad(labels)
-        batch["labels"] = labels
-        for key in batch.get("extras", ()):
-            if not isinstance(batch[key], torch.Tensor):
-                raise ValueError(f"batch['{key}'] must be a tensor with a batch dimension to train on several processes")
-            batch[key] = all_gather_with_grad(batch[key])
-        return embeddings, labels
-
     def _save(self, path: Path, state: dict[str, Any]) -> None:
         """Write a checkpoint from rank 0 only (every process holds the same state); never one with NaN or Inf."""
         self._check_finite_weights()
@@ -314,7 +239,7 @@ class Trainer:
             raise CheckpointWriteError(
                 f"could not write {path.name} at step {self.state.step} ({err.strerror or err}); {kept}. Free space "
                 f"in '{path.parent}' (a checkpoint takes about {estimate_checkpoint_bytes(self.parts.model, self.parts.objective, 2) // 2**20 + 1} MB), "
-                f"then resume: {self._resume_command()}"
+                f"then resume: {resume_command(self.folder, self.fabric.world_size)}"
             ) from err
 
     def _say(self, message: str) -> None:
@@ -322,37 +247,22 @@ class Trainer:
         if not self.quiet and self.fabric.is_global_zero:
             print(f"dmlkit train: {message}", file=sys.stderr, flush=True)
 
-    def _resume_command(self) -> str:
-        """The command that resumes this run (with its number of processes)."""
-        n = self.fabric.world_size
-        launcher = f"torchrun --nproc_per_node={n} -m dmlkit" if n > 1 else "dmlkit"
-        return f"{launcher} train --resume {self.folder.path}"
-
     def _check_finite_weights(self) -> None:
         """Raise ``NonFiniteWeightsError`` when a weight or buffer of the model or the objective is NaN or Inf."""
         bad = non_finite_entries(self.model.state_dict()) + [f"objective {k}" for k in non_finite_entries(self.objective.state_dict())]
         if bad:
             raise NonFiniteWeightsError(
                 f"the weights became non-finite by step {self.state.step} (NaN or Inf in {', '.join(bad[:5])}"
-                f"{' and more' if len(bad) > 5 else ''}); {self._kept_checkpoint()}. "
+                f"{' and more' if len(bad) > 5 else ''}); {kept_checkpoint(self.folder)}. "
                 "Lower train.lr or set train.grad_clip, then resume or restart."
             )
-
-    def _kept_checkpoint(self) -> str:
-        last = self.folder.last_checkpoint
-        if not last.is_file():
-            return "no checkpoint was written yet"
-        return f"the last finite checkpoint is kept in '{last}' (resume continues from it)"
 
     def _interrupted_in_test(self, signum: int) -> TrainingInterrupted:
         return TrainingInterrupted(signum, self.state.step, str(self.folder.path), during_test=True)
 
     def _stop_if_signalled(self) -> None:
         """After a step: on SIGTERM/SIGINT (on any process) write last.pt and raise ``TrainingInterrupted``."""
-        received = self.signals.received or 0
-        if self.fabric.world_size > 1:  # every process stops after the same step
-            flags = all_gather_no_grad(torch.tensor([received], device=self.fabric.device))
-            received = int(flags.max())
+        received = signal_anywhere(self.fabric, self.signals.received or 0)  # every process stops after the same step
         if received:
             self._save(self.folder.last_checkpoint, self._checkpoint_state())
             self.fabric.barrier()
@@ -367,13 +277,12 @@ class Trainer:
         batch = {"images": images, "labels": labels, "step": self.state.step, **extras, "extras": tuple(extras)}
         if embeddings.dtype in (torch.float16, torch.bfloat16):  # the objective runs in float32
             embeddings = embeddings.float()
-        if self.fabric.world_size > 1:  # the objective sees the global batch (dmlkit.distributed.gather)
-            embeddings, labels = self._global_batch(embeddings, labels, batch)
+        embeddings, labels = global_batch(self.fabric, embeddings, labels, batch)  # the objective sees the global batch
         total, terms = self.objective(embeddings, labels, batch)
         if not torch.isfinite(total):
             raise NonFiniteLossError(
                 f"the loss became {float(total.detach())} at step {self.state.step} (terms: {terms}); "
-                f"{self._kept_checkpoint()}. Lower train.lr or set train.grad_clip, then resume or restart."
+                f"{kept_checkpoint(self.folder)}. Lower train.lr or set train.grad_clip, then resume or restart."
             )
         self.optimizer.zero_grad(set_to_none=True)
         self.fabric.backward(total)
@@ -402,17 +311,7 @@ class Trainer:
         t, s = self.train_cfg, self.state
         self._check_finite_weights()  # NaN weights would make NaN embeddings
         metrics = self.evaluate(self.splits.val, reference=self.splits.reference if self.splits.val_is_test else None)
-        if t.val_metric not in metrics:
-            raise ValueError(f"train.val_metric '{t.val_metric}' is not a retrieval metric; valid: {', '.join(metrics)}")
-        score = metrics[t.val_metric]
-        if score != score:  # NaN: the weights are finite (checked above), so the metric is undefined
-            val = self.splits.val
-            raise ValueError(
-                f"validation {t.val_metric} at step {s.step} is undefined (nan): no validation query has another "
-                f"image of its class among the references. The validation split holds {len(val)} images of "
-                f"{getattr(val, 'num_classes', '?')} classes; every class needs at least 2 images (a dataset or "
-                "split with more images per class, or another data.val_fraction)"
-            )
+        score = validation_score(metrics, t.val_metric, s.step, self.splits.val)  # val_metric checked in __init__
         improved = self.stopper.update(score, s.step)
         if self.scheduler is not None and t.schedule == "plateau":
             self.scheduler.step(score)
