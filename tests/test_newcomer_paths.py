@@ -132,3 +132,47 @@ def test_train_says_what_it_does_in_its_long_silent_parts(tmp_path, capsys):
     assert said[0] == "dmlkit train: loading glyphs and building the model (resnet20)"
     assert said[1].startswith("dmlkit train: testing the best weights (step ") and said[1].endswith(" test images")
     assert said[2] == f"dmlkit train: drawing the plots into {tmp_path / 'run' / 'plots'}"
+
+
+def test_a_long_run_on_a_pipe_prints_a_heartbeat_line_between_validations():
+    import io
+
+    from rich.console import Console
+
+    from dmlkit.engine.progress import HEARTBEAT_SECONDS, TrainingProgress
+
+    now = [0.0]
+    out = io.StringIO()
+    progress = TrainingProgress(total=100, console=Console(file=out, force_terminal=False, width=120), clock=lambda: now[0])
+    with progress:
+        for step in range(1, 41):
+            now[0] = step * HEARTBEAT_SECONDS / 10  # ten steps per heartbeat period
+            progress.advance(1.0 / step)
+            if step == 25:
+                progress.show_validation("precision_at_1", 0.5)
+    lines = out.getvalue().splitlines()
+    assert lines == ["step 10/100: loss 0.1000, 0.33 step/s, val -", "step 20/100: loss 0.0500, 0.33 step/s, val -",
+                     "step 25: loss 0.0400, val precision_at_1 50.00%",
+                     "step 35/100: loss 0.0286, 0.33 step/s, val precision_at_1 50.00%"]
+    quiet_out = io.StringIO()
+    quiet = TrainingProgress(total=100, quiet=True, console=Console(file=quiet_out, force_terminal=False), clock=lambda: now[0])
+    with quiet:
+        now[0] += 10 * HEARTBEAT_SECONDS
+        quiet.advance(0.5)
+    assert quiet_out.getvalue() == ""
+
+
+def test_evaluate_says_what_it_embeds_before_the_long_part_and_nothing_when_it_reuses_the_embeddings(seed1_run, capsys):
+    import json
+
+    (seed1_run / "embeddings_test.pt").unlink(missing_ok=True)
+    capsys.readouterr()
+    assert main(["evaluate", str(seed1_run)]) == 0
+    first = capsys.readouterr()
+    import torch
+
+    kept = torch.load(seed1_run / "embeddings_test.pt", weights_only=True)
+    assert f"embedding {len(kept['labels'])} test images with best.pt" in first.err
+    assert json.loads(first.out)["precision_at_1"] > 0  # stdout stays the JSON alone
+    assert main(["evaluate", str(seed1_run)]) == 0
+    assert "embedding" not in capsys.readouterr().err  # kept from the first call

@@ -156,8 +156,9 @@ def embed_run(run_or_checkpoint: str | Path, split: str = "test") -> tuple[torch
     return run.embed(run.split(split))
 
 
-def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str, Any]:
+def evaluate_run(run_or_checkpoint: str | Path, split: str = "test", quiet: bool = True) -> dict[str, Any]:
     """Retrieval and clustering metrics of the run's model on ``split``; also written to ``eval_<split>.json``.
+    Not ``quiet``: a line on stderr says what is embedded before the (long) embedding starts.
 
     Launched by ``torchrun`` with several processes, each process embeds and searches its shard of
     the queries and of the gallery (``evaluate_embedding_shards``; gloo, CPU); the values are those of
@@ -167,10 +168,10 @@ def evaluate_run(run_or_checkpoint: str | Path, split: str = "test") -> dict[str
         return _evaluate_run_sharded(run_or_checkpoint, split)
     run = load_finished_run(run_or_checkpoint)
     cfg = run.cfg
-    embeddings, labels = run.embed_split(split)
+    embeddings, labels = run.embed_split(split, quiet=quiet)
     refs: tuple = (None, None)
     if cfg.eval.reference_split is not None and split == cfg.eval.split:  # queries against the gallery
-        refs = run.embed(run.split(cfg.eval.reference_split))
+        refs = run.embed_split(cfg.eval.reference_split, quiet=quiet)
     metrics = evaluate_embeddings(embeddings, labels, *refs, ks=tuple(cfg.eval.ks), clustering=cfg.eval.clustering, seed=cfg.seed)
     write_json_atomic(run.folder.path / f"eval_{split}.json", {"checkpoint": str(run.checkpoint), "split": split, **metrics})
     return metrics

@@ -125,7 +125,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from dmlkit.assemble import evaluate_run
 
-    metrics = evaluate_run(args.run, split=args.split)
+    metrics = evaluate_run(args.run, split=args.split, quiet=os.environ.get("RANK", "0") != "0")
     if os.environ.get("RANK", "0") != "0":  # under torchrun every process evaluates its shard; rank 0 reports
         return 0
     if args.diagnostics:
