@@ -25,6 +25,7 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from dmlkit.losses.metric_cross_entropy import MetricCrossEntropy
 from dmlkit.losses.one_hot import one_hot_labels
 from dmlkit.losses.registry import register_loss
+from dmlkit.validation import is_int
 
 __all__ = ["MetricCrossEntropyLoss", "ce_metric", "ce_weak"]
 
@@ -60,7 +61,7 @@ class MetricCrossEntropyLoss(WeightRegularizerMixin, BaseMetricLossFunction):
         if output not in ("softmax", "sigmoid"):
             raise ValueError(f"output must be 'softmax' or 'sigmoid', got {output!r}")
         for name, value in (("num_classes", num_classes), ("embedding_size", embedding_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if criterion is None:
             criterion = MetricCrossEntropy()

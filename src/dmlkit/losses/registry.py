@@ -34,6 +34,7 @@ from typing import Any, Callable
 from torch import nn
 
 from dmlkit.registry import Registry
+from dmlkit.validation import is_int
 
 __all__ = [
     "ComponentEntry",
@@ -169,7 +170,7 @@ def get_miner_entry(name: str) -> ComponentEntry:
 
 
 def _check_size(arg: str, value: Any) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+    if value is not None and (not is_int(value) or value < 1):
         raise ValueError(f"{arg} must be a positive integer, got {value!r}")
 
 
