@@ -107,3 +107,34 @@ def test_an_installed_package_declares_its_components_as_entry_points(tmp_path):
     done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True"]
+
+
+def test_a_plugin_run_stopped_mid_way_resumes_and_exports_from_another_folder(tmp_path):
+    project = tmp_path / "project"
+    (project / "plugins").mkdir(parents=True)
+    (project / "plugins" / "toy.py").write_text(PLUGIN)
+    (project / "toy.yaml").write_text(
+        f"base: {ROOT / 'configs/quickstart.yaml'}\nname: toy\nimports: [plugins/toy.py]\ndata: {{name: blobs, "
+        "image_size: 16, val_fraction: 0, augment: false}\nloss: {name: toy_contrastive, miner: null}\ntrain: "
+        "{max_steps: 4, val_every: 2, batch_size: 8, m_per_class: 2}\nmodel: {embedding_dim: 8}\neval: "
+        "{clustering: false}\nplots: false\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DMLKIT_FAULT": "step:3"}
+    killed = subprocess.run([sys.executable, "-m", "dmlkit", "train", "toy.yaml", "--run-dir", "runs/toy", "--quiet"],
+                            cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    run = project / "runs" / "toy"
+    assert killed.returncode != 0 and (run / "last.pt").is_file() and not (run / "summary.json").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    resumed = dmlkit("train", "--resume", str(run), "--quiet", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 4
+    refused = dmlkit("export", str(run), "--format", "torchscript", "--out", "toy.pt", cwd=elsewhere)
+    assert refused.returncode == 2 and "implement the classmethod eval_preprocess" in refused.stderr
+    assert not (elsewhere / "toy.pt").exists()
+    with open(project / "plugins" / "toy.py", "a") as fh:  # the user states how an image file becomes an input
+        fh.write("\nfrom dmlkit.data.transforms.eval_preprocess import ImagePreprocess\n"
+                 "Blobs.eval_preprocess = classmethod(lambda cls, image_size=16, **p: "
+                 "ImagePreprocess(1, image_size, (0.0,), (1.0,)))\n")
+    exported = dmlkit("export", str(run), "--format", "torchscript", "--out", "toy.pt", cwd=elsewhere)
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    assert (elsewhere / "toy.pt").stat().st_size > 0 and "max |exported - eager| = 0.00e+00" in exported.stdout
