@@ -1,4 +1,4 @@
-"""The Trainer's evaluation: embed a split with the model being trained and score it (issue 31 item 4).
+"""The Trainer's evaluation: embed a split with the model being trained and score it.
 
 One process embeds the whole split and scores it (on the GPU when the run is there,
 :mod:`dmlkit.evaluation.knn_device`). Several processes each embed their shard (``shard_indices``) with the
