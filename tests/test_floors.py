@@ -54,7 +54,12 @@ def test_floor_table_and_cli(cfg, tmp_path, capsys):
     assert record["split"] == "test" and len(record["floors"]["untrained"]) == 2
     args = ["floors", "configs/quickstart.yaml", "--seeds", "0", *[a for o in OVERRIDES for a in ("--set", o)]]
     assert main(args) == 0
-    assert "floor: untrained (n=1)" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "floor: untrained (n=1)" in printed.out and "floors:" not in printed.out  # stdout: the table alone
+    n_test = len(run_split(cfg, "test"))
+    assert printed.err.splitlines() == [f"floors: raw pixels of {n_test} test images",
+                                        f"floors: untrained, seed 0: embedding {n_test} test images"]
+    assert main([*args, "--quiet"]) == 0 and capsys.readouterr().err == ""
     assert main(["floors", "configs/quickstart.yaml", "--split", "nope"]) == 2
     assert "unknown split 'nope'" in capsys.readouterr().err
 

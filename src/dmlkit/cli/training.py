@@ -41,6 +41,7 @@ def _floors_arguments(floors: argparse.ArgumentParser) -> None:
     add_overrides(floors, "override a config value (repeatable)")
     add_columns(floors)
     floors.add_argument("--out", default=None, help="also write the table (markdown) and floors.json beside it")
+    add_quiet(floors, "no progress lines on stderr")
 
 
 def _evaluate_arguments(evaluate: argparse.ArgumentParser) -> None:
@@ -163,7 +164,8 @@ def _cmd_floors(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     ensure_pretrained_for(cfg)
-    print(floor_table(cfg, split=args.split, seeds=args.seeds, columns=args.columns, out=args.out))
+    say = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    print(floor_table(cfg, split=args.split, seeds=args.seeds, columns=args.columns, out=args.out, progress=say))
     return 0
 
 

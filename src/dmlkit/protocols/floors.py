@@ -22,7 +22,7 @@ import math
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -63,9 +63,14 @@ def _initial_embedder(cfg: ExperimentConfig, in_channels: int, pretrained: bool 
 
 
 def floor_metrics(
-    cfg: ExperimentConfig, split: str | None = None, seeds: Sequence[int] = (0,)
+    cfg: ExperimentConfig, split: str | None = None, seeds: Sequence[int] = (0,),
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, list[dict[str, float]]]:
-    """``{floor: [metrics of each seed]}`` on ``split`` (default ``eval.split``); see the module docstring."""
+    """``{floor: [metrics of each seed]}`` on ``split`` (default ``eval.split``); see the module docstring.
+
+    ``progress`` receives a line before each floor's embedding (``dmlkit floors`` prints them on stderr).
+    """
+    say = progress or (lambda line: None)
     if not seeds:
         raise ValueError("floors need at least one seed")
     split = cfg.eval.split if split is None else split
@@ -79,6 +84,7 @@ def floor_metrics(
         metrics = evaluate_embeddings(x, y, *refs, ks=tuple(ev.ks), clustering=ev.clustering, seed=seed)
         return {SEED_KEY: seed, **metrics}
 
+    say(f"floors: raw pixels of {len(dataset)} {split} images")
     out = {"raw pixels": [score(pixel_features, seeds[0])]}
     models = {"untrained": False}
     if cfg.model.pretrained is not False:
@@ -86,6 +92,7 @@ def floor_metrics(
     for label, pretrained in models.items():
         out[label] = []
         for seed in seeds:
+            say(f"floors: {label}, seed {seed}: embedding {len(dataset)} {split} images")
             model = _initial_embedder(dataclasses.replace(cfg, seed=seed), dataset.in_channels, pretrained)
             out[label].append(score(lambda d, m=model: embed_dataset(m, d, ev.batch_size), seed))
     return out
@@ -93,12 +100,12 @@ def floor_metrics(
 
 def floor_table(
     cfg: ExperimentConfig, split: str | None = None, seeds: Sequence[int] = (0,), columns: str = "thesis",
-    out: str | Path | None = None,
+    out: str | Path | None = None, progress: Callable[[str], None] | None = None,
 ) -> str:
     """The floors as a markdown table (rows ``floor: <name> (n=...)``); with ``out``, also written there and
-    as ``floors.json`` beside it."""
+    as ``floors.json`` beside it. ``progress`` as in :func:`floor_metrics`."""
     split_name = cfg.eval.split if split is None else split
-    floors = floor_metrics(cfg, split, seeds)
+    floors = floor_metrics(cfg, split, seeds, progress)
     rows = [(f"floor: {label} (n={len(per_seed)})", summarise(per_seed, single_std=math.nan))  # raw pixels: one value
             for label, per_seed in floors.items()]
     table = f"floors of {cfg.name} on split '{split_name}' (metrics in %)\n\n" + markdown_table(rows, columns)
