@@ -14,6 +14,7 @@ from typing import Any
 from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.config import DataConfig
 from dmlkit.data.datasets.collage import GlyphCollageDataset
+from dmlkit.data.datasets.font_glyphs import FontGlyphsDataset
 from dmlkit.data.datasets.glyph_testbed import GlyphsTestbedDataset
 from dmlkit.data.datasets.glyphs import GlyphsDataset
 from dmlkit.data.datasets.image_folder import ImageFolderDataset
@@ -33,6 +34,7 @@ DATASETS: Registry[DMLDataset] = Registry("dataset")
 DATASETS.register("glyphs", GlyphsDataset)
 DATASETS.register("glyphs_testbed", GlyphsTestbedDataset)
 DATASETS.register("glyph_collage", GlyphCollageDataset)
+DATASETS.register("font_glyphs", FontGlyphsDataset)
 DATASETS.register("image_folder", ImageFolderDataset)
 DATASETS.register("cub", CUBDataset)
 DATASETS.register("cars", CarsDataset)

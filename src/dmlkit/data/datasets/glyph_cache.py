@@ -22,7 +22,10 @@ from dmlkit.data.datasets.glyph_select import GLYPHS_RULE, REFERENCE_SIZE
 from dmlkit.data.datasets.glyph_table import GlyphTable, build_glyph_table
 from dmlkit.validation import is_int
 
-__all__ = ["GLYPHS_VERSION", "cached_sizes", "glyphs_cache_path", "load_glyph_table", "prepare_glyphs"]
+__all__ = [
+    "GLYPHS_VERSION", "cached_sizes", "glyphs_cache_path", "load_glyph_table", "prepare_glyphs", "read_table",
+    "table_arrays",
+]
 
 # Part of the cache file name and of the pretrained backbones' data fingerprint: bump it when the
 # rendering changes the images of an unchanged rule.
@@ -79,11 +82,22 @@ def _header(table: GlyphTable, fingerprint: str) -> dict[str, np.ndarray]:
     }
 
 
-def _save(table: GlyphTable, path: Path, fingerprint: str) -> None:
-    arrays = _header(table, fingerprint)
+def table_arrays(table: GlyphTable, header: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``header`` followed by every ``GlyphTable`` field as an array: what a table's ``.npz`` holds."""
+    arrays = dict(header)
     for f in dataclasses.fields(GlyphTable):
         arrays.setdefault(f.name, np.asarray(getattr(table, f.name)))
-    save_npz_atomic(path, arrays)
+    return arrays
+
+
+def read_table(z: Any) -> GlyphTable:
+    """The ``GlyphTable`` stored in an open ``.npz`` ``z`` (written from ``table_arrays``)."""
+    fields = dataclasses.fields(GlyphTable)
+    return GlyphTable(**{f.name: _from_npz(f.name, str(f.type), z[f.name]) for f in fields})
+
+
+def _save(table: GlyphTable, path: Path, fingerprint: str) -> None:
+    save_npz_atomic(path, table_arrays(table, _header(table, fingerprint)))
 
 
 def _load(path: Path, image_size: int, fingerprint: str) -> GlyphTable | None:
@@ -100,8 +114,7 @@ def _load(path: Path, image_size: int, fingerprint: str) -> GlyphTable | None:
                 or int(z["image_size"]) != image_size
             ):
                 return None
-            fields = dataclasses.fields(GlyphTable)
-            return GlyphTable(**{f.name: _from_npz(f.name, str(f.type), z[f.name]) for f in fields})
+            return read_table(z)
     except (OSError, ValueError, KeyError, EOFError) as err:  # corrupt or foreign file: rebuild
         warnings.warn(f"ignoring unreadable glyph cache {path} ({err}); rendering again", stacklevel=3)
         return None

@@ -25,13 +25,17 @@ import numpy as np
 __all__ = ["DUPLICATE_THRESHOLD", "keep_distinct", "relative_l1"]
 
 DUPLICATE_THRESHOLD = 0.05
+_CHUNK_VALUES = 1 << 23  # float64 values of one chunk of |x - y| (64 MiB)
 
 
 def relative_l1(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``sum|x - y| / (sum x + sum y)`` between every row of ``a (n, D)`` and of ``b (m, D)``: ``(n, m)``."""
     a = a.astype(np.float64)
     b = b.astype(np.float64)
-    diff = np.abs(a[:, None, :] - b[None, :, :]).sum(-1)
+    diff = np.empty((a.shape[0], b.shape[0]), dtype=np.float64)
+    step = max(1, _CHUNK_VALUES // max(1, b.size))  # rows of a per chunk: memory stays bounded for big classes
+    for lo in range(0, a.shape[0], step):
+        diff[lo : lo + step] = np.abs(a[lo : lo + step, None, :] - b[None, :, :]).sum(-1)
     total = a.sum(1)[:, None] + b.sum(1)[None, :]
     return diff / np.maximum(total, 1e-12)
 
@@ -56,9 +60,9 @@ def keep_distinct(images: np.ndarray, image_class: np.ndarray, threshold: float 
         if rows.size == 0:
             continue
         near = relative_l1(flat[rows], flat[rows]) < threshold
-        kept: list[int] = []
+        covered = np.zeros(rows.size, dtype=bool)  # near an image kept before (the distance is symmetric)
         for i in range(rows.size):
-            if not any(near[i, j] for j in kept):
-                kept.append(i)
-        keep[rows[kept]] = True
+            if not covered[i]:
+                keep[rows[i]] = True
+                covered |= near[i]
     return keep

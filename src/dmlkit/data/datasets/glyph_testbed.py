@@ -34,13 +34,25 @@ import numpy as np
 
 from dmlkit.data.datasets.glyphs import GlyphsDataset
 
-__all__ = ["GlyphsTestbedDataset", "testbed_classes"]
+__all__ = ["DML_SPLITS", "GlyphsTestbedDataset", "dealt_to", "testbed_classes"]
 
 _DML_SPLITS = {"train": (0, 1, 2, 3), "val": (4,), "test": (5, 6, 7, 8, 9), "dml": tuple(range(10))}
 
 
 def _deal(codepoint: int) -> int:
     return int(hashlib.sha256(f"glyphs_testbed:{codepoint}".encode()).hexdigest()[:8], 16) % 10
+
+
+def dealt_to(codepoints: np.ndarray, split: str) -> np.ndarray:
+    """A bool mask: which DML-side ``codepoints`` the hash deals to DML split ``split`` (``train``, ``val``,
+    ``test`` or ``dml``); the rule of ``testbed_classes`` for its second half, and of ``font_glyphs``."""
+    if split not in _DML_SPLITS:
+        raise ValueError(f"unknown DML split '{split}'; valid splits are: {', '.join(_DML_SPLITS)}")
+    dealt = np.array([_deal(int(cp)) for cp in codepoints], dtype=np.int64)
+    return np.isin(dealt, _DML_SPLITS[split])
+
+
+DML_SPLITS = tuple(_DML_SPLITS)
 
 
 def testbed_classes(codepoints: np.ndarray, split: str) -> np.ndarray:
@@ -53,8 +65,7 @@ def testbed_classes(codepoints: np.ndarray, split: str) -> np.ndarray:
             f"unknown glyphs_testbed split '{split}'; valid splits are: {', '.join(GlyphsTestbedDataset.SPLITS)}"
         )
     dml = np.arange(n_pretrain, codepoints.size, dtype=np.int64)
-    dealt = np.array([_deal(int(cp)) for cp in codepoints[dml]], dtype=np.int64)
-    return dml[np.isin(dealt, _DML_SPLITS[split])]
+    return dml[dealt_to(codepoints[dml], split)]
 
 
 class GlyphsTestbedDataset(GlyphsDataset):

@@ -92,7 +92,7 @@ class GlyphsDataset(StoredGlyphImages):
         if max_classes is not None and (not is_int(max_classes) or max_classes < 1):
             raise ValueError(f"max_classes must be a positive int or None, got {max_classes!r}")
         check_seed(seed)
-        table = load_glyph_table(root, image_size)
+        table = self.load_table(root, image_size)
         ids = self.split_classes(table.codepoints, split)
         if max_classes is not None:
             ids = ids[:max_classes]
@@ -111,6 +111,10 @@ class GlyphsDataset(StoredGlyphImages):
         self.class_names = [table.class_names[i] for i in ids]
         self.class_categories = torch.from_numpy(table.class_categories[ids].copy())
         self.category_names = list(table.category_names)
+
+    def load_table(self, root: str | Path | None, image_size: int) -> GlyphTable:
+        """The table whose classes the splits cut (a subclass with other images overrides it)."""
+        return load_glyph_table(root, image_size)
 
     @classmethod
     def split_classes(cls, codepoints: np.ndarray, split: str) -> np.ndarray:
