@@ -17,7 +17,7 @@ from pytorch_metric_learning.losses import MultiSimilarityLoss, ProxyAnchorLoss
 from pytorch_metric_learning.miners import MultiSimilarityMiner
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
-from dmlkit.augment.config import AugmentConfig, build_augmented_loss, build_feature_generator
+from dmlkit.augment.config import SFTConfig, build_augmented_loss, build_feature_generator
 from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.augment.schemes import NO_TARGET, balanced_targets, split_head_tail, unbalanced_targets
 
@@ -407,8 +407,8 @@ def test_sft_d_with_pre_normalisation_input() -> None:
 def test_sft_d_without_pre_normalised_input_is_refused() -> None:
     with pytest.raises(ValueError, match="normalize_input=True"):
         FeatureGenerator(C, D, transform="sft_d")
-    with pytest.raises(ValueError, match="augment.normalize_input: true and model.normalize: none"):
-        AugmentConfig(name="sft_d")
+    with pytest.raises(ValueError, match="methods.sft.normalize_input: true and model.normalize: none"):
+        SFTConfig(name="sft_d")
 
 
 def test_proxy_loss_receives_generated_batch_and_trains_proxies() -> None:
@@ -434,8 +434,8 @@ def test_errors() -> None:
         FeatureGenerator(C, D, transform="rotate")
     with pytest.raises(ValueError, match="scheme"):
         FeatureGenerator(C, D, scheme="both")
-    with pytest.raises(ValueError, match="policy"):
-        FeatureGenerator(C, D, target="random")
+    with pytest.raises(ValueError, match="target"):
+        FeatureGenerator(C, D, target="random")  # checked by SFTConfig's rules, as a config's methods.sft.target
     with pytest.raises(ValueError, match="score"):
         augmented(ms, score="mixed")
     with pytest.raises(ValueError, match="start_step"):
@@ -462,26 +462,26 @@ def test_errors() -> None:
 
 # ---------------------------------------------------------------- config
 def test_config_defaults_are_the_faithful_reading() -> None:
-    cfg = AugmentConfig(name="sft")
+    cfg = SFTConfig(name="sft")
     assert (cfg.target, cfg.score, cfg.alpha, cfg.lam, cfg.start_step) == ("batch", "separate", 1.0, 0.2, 0)
 
 
 def test_config_validation_and_builder() -> None:
     ms = MultiSimilarityLoss()
     miner = MultiSimilarityMiner()
-    assert build_augmented_loss(AugmentConfig(), ms, C, D, None, 0) is ms
-    cfg = AugmentConfig(name="sft", lam=0.5, target="shared", score="joint", alpha=0.5, start_step=7)
+    assert build_augmented_loss(SFTConfig(), ms, C, D, None, 0) is ms
+    cfg = SFTConfig(name="sft", lam=0.5, target="shared", score="joint", alpha=0.5, start_step=7)
     wrapped = build_augmented_loss(cfg, ms, C, D, None, 0, miner=miner)
     assert isinstance(wrapped, FeatureAugmentedLoss) and wrapped.lam == 0.5 and wrapped.loss is ms and wrapped.miner is miner
     assert wrapped.score == "joint"
     g = wrapped.generator
     assert (g.target, g.centers.alpha, g.start_step, g.transform) == ("shared", 0.5, 7, "sft")
     unb = build_feature_generator(
-        AugmentConfig(name="sft_d", scheme="unbalanced", tail_threshold=10, normalize_input=True), C, D, [20, 20, 20, 5, 5, 5], 1
+        SFTConfig(name="sft_d", scheme="unbalanced", tail_threshold=10, normalize_input=True), C, D, [20, 20, 20, 5, 5, 5], 1
     )
     assert unb.is_tail.tolist() == [False, False, False, True, True, True] and unb.normalize_input
-    with pytest.raises(ValueError, match="augment.name"):
-        build_feature_generator(AugmentConfig(), C, D)
+    with pytest.raises(ValueError, match="methods.sft.name"):
+        build_feature_generator(SFTConfig(), C, D)
     bad = [
         dict(name="foo"),
         dict(lam=-1.0),
@@ -497,5 +497,5 @@ def test_config_validation_and_builder() -> None:
         dict(normalize_input="yes"),
     ]
     for kwargs in bad:
-        with pytest.raises(ValueError, match="augment"):
-            AugmentConfig(**kwargs)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="methods.sft"):
+            SFTConfig(**kwargs)  # type: ignore[arg-type]

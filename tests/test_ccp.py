@@ -86,27 +86,27 @@ def test_proxy_anchor_swaps_the_roles_of_proxies_and_samples():
     triplet = pml_losses.TripletMarginLoss(margin=0.1)
     assert float(ProxyPairLoss(triplet, bank)(x, y).detach()) == pytest.approx(sample_anchor, rel=1e-4)
     assert float(ProxyPairLoss(triplet, bank, proxy_anchor=True)(x, y).detach()) == pytest.approx(proxy_anchor, abs=1e-6)
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3",
-                                                                      "ccp.proxy_anchor=true"])
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3",
+                                                                      "methods.ccp.proxy_anchor=true"])
     assert build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0].loss.proxy_anchor is True
     for key in ("proxy_anchor", "restore_best"):
-        with pytest.raises(ValueError, match=f"ccp.{key} must be true or false"):
+        with pytest.raises(ValueError, match=f"methods.ccp.{key} must be true or false"):
             CCPConfig(**{key: "yes"})
 
 
 def test_batch_term_adds_the_weighted_batch_pair_loss():
     labels = torch.arange(4).repeat(4)
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3"])
-    assert cfg.ccp.batch_loss_weight == 0.1  # the official default (ccp.loss_weight)
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"])
+    assert cfg.methods.ccp.batch_loss_weight == 0.1  # the official default (ccp.loss_weight)
     terms = build_model(cfg, fake_train_set(labels)).objective.terms
     assert [t.name for t in terms] == ["metric", "batch", "projection"]
     x = F.normalize(torch.randn(16, 16, generator=torch.Generator().manual_seed(3)), dim=1)
     c1 = pml_losses.ContrastiveLoss(pos_margin=0.0, neg_margin=0.5)  # the config's loss, sample pairs only
     assert float(terms[1](x, labels, {}).detach()) == pytest.approx(0.1 * float(c1(x, labels)), rel=1e-5)
-    off = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3",
-                                                                      "ccp.batch_loss_weight=0"])
+    off = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3",
+                                                                      "methods.ccp.batch_loss_weight=0"])
     assert [t.name for t in build_model(off, fake_train_set(labels)).objective.terms] == ["metric", "projection"]
-    with pytest.raises(ValueError, match="ccp.batch_loss_weight"):
+    with pytest.raises(ValueError, match="methods.ccp.batch_loss_weight"):
         CCPConfig(batch_loss_weight=-0.1)
 
 
@@ -141,13 +141,13 @@ def test_k_center_measures_proxies_and_pool_in_one_space():
         differs += in_raw_space != expected
     assert same_space == classes
     assert differs > 0  # the data tells the two spaces apart: measuring raw proxies would fail above
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3"])
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"])
     assert build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0].loss.bank.pool_normalize == "l2"
 
 
 def test_ccp_method_wraps_the_loss_and_bad_input():
     assert CCP.from_config(load_config("configs/quickstart.yaml")) is None
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxies_per_class=2", "ccp.pool_size=3"])
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"])
     metric = build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0]
     assert isinstance(metric.loss, ProxyPairLoss) and metric.miner is None and metric.loss.bank.proxies.shape == (8, 16)
     proxy_loss = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["loss.name=proxy_anchor", "loss.miner=null"])
@@ -157,8 +157,8 @@ def test_ccp_method_wraps_the_loss_and_bad_input():
         CCPConfig(proxies_per_class=8, pool_size=4)
     with pytest.raises(ValueError, match="lam"):
         CCPConfig(lam=-1e-4)
-    with pytest.raises(ValueError, match="ccp.lam"):
-        load_config("configs/ccp_contrastive.yaml", ["ccp.lam=-0.1"])
+    with pytest.raises(ValueError, match="methods.ccp.lam"):
+        load_config("configs/ccp_contrastive.yaml", ["methods.ccp.lam=-0.1"])
     with pytest.raises(ValueError, match="max_projections"):
         CCPConfig(max_projections=0)
     with pytest.raises(ValueError, match="ref_emb"):
@@ -226,13 +226,13 @@ def test_reinitialize_takes_k_center_samples_of_each_class():
 
 
 def test_proxies_get_their_own_learning_rate():
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["ccp.proxy_lr_mult=10", "train.loss_lr=0.002"])
-    built = build_model(cfg, fake_train_set(torch.arange(4).repeat(cfg.ccp.pool_size)))
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxy_lr_mult=10", "train.loss_lr=0.002"])
+    built = build_model(cfg, fake_train_set(torch.arange(4).repeat(cfg.methods.ccp.pool_size)))
     claimed = [g for m in built.methods for g in m.param_groups(cfg.train)]
     objective = built.objective
     groups = {g["name"]: g for g in parameter_groups(built.model, objective, cfg.train, claimed)}
     assert groups["loss_x10"]["lr"] == pytest.approx(0.02)
-    assert groups["loss_x10"]["params"][0].shape == (4 * cfg.ccp.proxies_per_class, 16)
+    assert groups["loss_x10"]["params"][0].shape == (4 * cfg.methods.ccp.proxies_per_class, 16)
     assert "loss" not in groups  # no other objective parameter
     assert [t.name for t in objective.terms] == ["metric", "batch", "projection"]
     trained = {g["name"]: g for g in exclude_from_weight_decay(list(groups.values()), built.model, objective)}
@@ -277,7 +277,7 @@ def test_the_last_projection_is_ended_by_the_run_alone():
     single = ProjectionStopping(patience=3, projection_patience=1, max_projections=1)  # Loss-Proxy
     single.begin_projection(0)
     single.update(0.5, 1), single.update(0.4, 2)
-    assert not single.pending and not single.should_stop  # the only projection: ccp.patience does not end it
+    assert not single.pending and not single.should_stop  # the only projection: methods.ccp.patience does not end it
     single.update(0.45, 3), single.update(0.3, 4)
     assert single.should_stop  # train.patience = 3 validations since the best, as its baseline
     single.close(4)
@@ -296,7 +296,7 @@ def test_the_last_projection_is_ended_by_the_run_alone():
 
 CCP_TINY = TINY_OVERRIDES + [
     "plots=false", "eval.clustering=false", "train.val_every=1", "train.max_steps=12", "train.patience=5",
-    "ccp.patience=1", "ccp.proxies_per_class=2", "ccp.pool_size=4", "ccp.lam=0.5",
+    "methods.ccp.patience=1", "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=4", "methods.ccp.lam=0.5",
 ]
 
 
@@ -380,7 +380,7 @@ def test_projections_end_on_ccp_patience_and_the_run_on_train_patience(ccp_run):
         window = {s: v for s, v in scores.items() if r["start_step"] < s <= r["end_step"]}
         assert r["best"] == max(window.values()) and scores[r["best_step"]] == r["best"]
         if r["ended_by"] == "patience":
-            assert r["end_step"] - r["best_step"] == 1  # ccp.patience 1 validation, one validation per step
+            assert r["end_step"] - r["best_step"] == 1  # methods.ccp.patience 1 validation, one validation per step
         if i:
             assert r["start_step"] == ccp[i - 1]["end_step"]
     assert ccp[-1]["ended_by"] == "run" and ccp[-1]["end_step"] == summary["steps"]
@@ -411,15 +411,15 @@ def test_lambda_is_zero_in_the_first_projection(ccp_run):
 
 
 def test_restore_best_rolls_the_network_back_as_before(tmp_path_factory):
-    _, _, records, watch = _run(tmp_path_factory, "restore", "ccp.restore_best=true")
+    _, _, records, watch = _run(tmp_path_factory, "restore", "methods.ccp.restore_best=true")
     assert watch.checks
     for check in watch.checks:
         assert check["same_as_best"] and check["theta_star_is_model"]
 
 
 def test_more_proxies_than_samples_of_a_class_is_reported_before_training(tmp_path):
-    with pytest.raises(ValueError, match="ccp.proxies_per_class=17 but training class"):
-        build_trainer(ccp_config("ccp.proxies_per_class=17", "ccp.pool_size=17"), tmp_path / "run", quiet=True).fit()
+    with pytest.raises(ValueError, match="methods.ccp.proxies_per_class=17 but training class"):
+        build_trainer(ccp_config("methods.ccp.proxies_per_class=17", "methods.ccp.pool_size=17"), tmp_path / "run", quiet=True).fit()
 
 
 @pytest.mark.parametrize("where", ["first_end", "later_best"])
@@ -452,9 +452,9 @@ def test_resume_with_ccp_reaches_the_same_state(ccp_run, tmp_path, where):
 
 
 def test_the_2d_figure_has_a_panel_per_finished_projection(tmp_path):
-    """ccp.plot: one panel per projection end (its rho* and the next k-centre picks) and the final state."""
+    """methods.ccp.plot: one panel per projection end (its rho* and the next k-centre picks) and the final state."""
     run_dir = tmp_path / "plot"
-    trainer = build_trainer(ccp_config("ccp.plot=true", "plots=true", "train.max_steps=5"), run_dir, quiet=True)
+    trainer = build_trainer(ccp_config("methods.ccp.plot=true", "plots=true", "train.max_steps=5"), run_dir, quiet=True)
     summary = trainer.fit()
     ccp = next(cb for cb in trainer.callbacks if type(cb).__name__ == "CCPCallback")
     started = summary["ccp"]["projections"] - 1  # projection ends that started a next projection

@@ -31,7 +31,7 @@ def test_ccp_gsp_zero_shot_config_builds_with_every_term(dataset, tmp_path):
     overrides = [
         f"data.root={MINIATURES[dataset](tmp_path / dataset)}", "data.image_size=32", "data.num_workers=0",
         "model.backbone=resnet20", "model.pretrained=false", "model.embedding_dim=16", "train.batch_size=12",
-        "ccp.proxies_per_class=2", "ccp.pool_size=3",
+        "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3",
     ]
     if load_config(path).model.local_dim is not None:
         overrides += ["model.local_dim=16"]  # the pooled local embedding is the 16-d embedding (model.head: none)
@@ -41,8 +41,8 @@ def test_ccp_gsp_zero_shot_config_builds_with_every_term(dataset, tmp_path):
     assert list(terms) == ["metric", "batch", "projection", "zero_shot"]
     assert isinstance(terms["metric"].loss, ProxyPairLoss) and isinstance(terms["projection"], ProjectionTerm)
     assert isinstance(terms["zero_shot"], ZeroShotTerm)
-    lam = cfg.loss.zero_shot_weight  # Eq. 5.2.5: (1 - lam) L_DML + lam L_ZS; the projection term is not L_DML
+    lam = cfg.methods.zero_shot.weight  # Eq. 5.2.5: (1 - lam) L_DML + lam L_ZS; the projection term is not L_DML
     assert terms["metric"].weight == pytest.approx(1 - lam) and terms["projection"].weight == 1.0
-    assert terms["batch"].weight == pytest.approx((1 - lam) * cfg.ccp.batch_loss_weight)
+    assert terms["batch"].weight == pytest.approx((1 - lam) * cfg.methods.ccp.batch_loss_weight)
     assert isinstance(parts.stopper, ProjectionStopping) and parts.stopper.patience == cfg.train.patience
-    assert parts.stopper.projection_patience == cfg.ccp.patience
+    assert parts.stopper.projection_patience == cfg.methods.ccp.patience

@@ -90,7 +90,7 @@ def test_geometry_of_an_sft_d_run_is_measured_on_the_embedding_the_loss_compared
     from dmlkit.assemble import load_finished_run
     from dmlkit.engine.embed import embed_dataset
 
-    sft_d = ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none", "plots=false",
+    sft_d = ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none", "plots=false",
              "eval.clustering=false", "train.max_steps=2", "train.val_every=2"]
     run_dir = tmp_path / "sftd"
     build_trainer(load_config("configs/quickstart.yaml", TINY_OVERRIDES + sft_d), run_dir, quiet=True).fit()

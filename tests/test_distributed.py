@@ -62,7 +62,7 @@ class _PlusRegularizer(nn.Module):
 
 def _objective(case: str, net: nn.Module) -> nn.Module:
     from dmlkit.augment import build_augmented_loss
-    from dmlkit.augment.config import AugmentConfig
+    from dmlkit.augment.config import SFTConfig
     from dmlkit.losses import create_loss, create_miner
 
     with torch.random.fork_rng(devices=[]):
@@ -82,7 +82,7 @@ def _objective(case: str, net: nn.Module) -> nn.Module:
             pair = ProxyPairLoss(create_loss("multi_similarity"), bank, create_miner("multi_similarity"))
             loss = _PlusRegularizer(GlobalBatchLoss(pair), ProjectionRegularizer(net, lam=0.5))
         else:
-            sft = build_augmented_loss(AugmentConfig(name="sft", lam=0.5), create_loss("multi_similarity"),
+            sft = build_augmented_loss(SFTConfig(name="sft", lam=0.5), create_loss("multi_similarity"),
                                        CLASSES, D_EMB, seed=4)
             loss = GlobalBatchLoss(sft)
     return loss.double()

@@ -202,8 +202,8 @@ def test_plateau_schedule_lowers_the_rate_without_improvement(tmp_path):
 
 
 @pytest.mark.parametrize("overrides", [
-    ["augment.name=sft", "augment.lam=0.5"],
-    ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none"],
+    ["methods.sft.name=sft", "methods.sft.lam=0.5"],
+    ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none"],
 ])
 def test_sft_augmented_training_checkpoints_its_centres(tmp_path, overrides):
     cfg = tiny_config(*overrides, "train.max_steps=4")
@@ -216,13 +216,13 @@ def test_sft_augmented_training_checkpoints_its_centres(tmp_path, overrides):
 
 
 def test_sft_d_needs_unnormalised_embeddings(tmp_path):
-    cfg = tiny_config("augment.name=sft_d", "augment.normalize_input=true")
+    cfg = tiny_config("methods.sft.name=sft_d", "methods.sft.normalize_input=true")
     with pytest.raises(ValueError, match="model.normalize: none"):
         build_trainer(cfg, tmp_path / "bad", quiet=True).fit()
 
 
 def test_sft_run_resumes_to_the_same_result(tmp_path):
-    sft = ["augment.name=sft", "augment.lam=0.5"]
+    sft = ["methods.sft.name=sft", "methods.sft.lam=0.5"]
     full = build_trainer(tiny_config(*sft), tmp_path / "full", quiet=True).fit()
     with pytest.raises(KeyboardInterrupt):
         build_trainer(tiny_config(*sft), tmp_path / "cut", callbacks=[StopAfterValidation(4)], quiet=True).fit()

@@ -10,7 +10,7 @@ from dmlkit.assemble import build_trainer, embed_run, evaluate_run, evaluation_m
 from dmlkit.methods import build_methods
 from tests_helpers import TINY_OVERRIDES
 
-SFT_D = ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none", "plots=false", "eval.clustering=false"]
+SFT_D = ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none", "plots=false", "eval.clustering=false"]
 
 
 def test_sft_d_run_is_evaluated_on_unit_embeddings(tmp_path):

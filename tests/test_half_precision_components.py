@@ -68,10 +68,10 @@ def test_every_pooling_under_autocast_is_finite_and_close_to_float32(name, dtype
 
 # ------------------------------------------------------------------ every method in a bf16-mixed run
 METHOD_OVERRIDES = {
-    "sft": ["augment.name=sft", "augment.lam=0.2"],
-    "ccp": ["ccp.enabled=true", "ccp.proxies_per_class=2", "ccp.pool_size=4", "ccp.patience=1", "train.val_every=2"],
+    "sft": ["methods.sft.name=sft", "methods.sft.lam=0.2"],
+    "ccp": ["methods.ccp.enabled=true", "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=4", "methods.ccp.patience=1", "train.val_every=2"],
     "gsp_zero_shot": ["model.pooling=gsp", "model.local_dim=16", "model.head=none",
-                      "model.pooling_params={num_prototypes: 8, init: random}", "loss.zero_shot_weight=0.1"],
+                      "model.pooling_params={num_prototypes: 8, init: random}", "methods.zero_shot.weight=0.1"],
     "xbm": ["loss.name=xbm", "loss.miner=null",
             "loss.params={loss: contrastive, memory_size: 64, start_iteration: 1}"],
 }

@@ -60,7 +60,7 @@ def test_a_method_plugs_in_with_one_registration_line(tmp_path, monkeypatch):
 
 
 def test_sft_logs_its_real_and_generated_losses(tmp_path):
-    sft = ["augment.name=sft", "augment.lam=0.5", "augment.update_centers_first=true", "augment.start_step=2",
+    sft = ["methods.sft.name=sft", "methods.sft.lam=0.5", "methods.sft.update_centers_first=true", "methods.sft.start_step=2",
            "data.max_classes=8"]  # 6 training classes: a batch of 4 meets classes of the step before
     build_trainer(load_config("configs/quickstart.yaml", QUICK + sft), tmp_path / "run", quiet=True).fit()
     train = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -77,17 +77,17 @@ def test_sft_logs_its_real_and_generated_losses(tmp_path):
 
 
 def test_the_generated_term_is_mined_by_the_run_miner():
-    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["augment.name=sft", "augment.score=joint"])
+    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["methods.sft.name=sft", "methods.sft.score=joint"])
     real, generated = build_model(cfg, fake_train_set(LABELS)).objective.terms
     assert real.miner is not None and generated.miner is real.miner and generated.score == "joint"
-    sft_d = ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none"]
+    sft_d = ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none"]
     real, generated = build_model(load_config("configs/quickstart.yaml", TINY_OVERRIDES + sft_d), fake_train_set(LABELS)).objective.terms
     assert isinstance(real.miner, NormalizedInputMiner) and real.miner.miner is generated.miner
 
 
 def test_ccp_wraps_first_so_the_generated_term_scores_against_the_proxies():
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["augment.name=sft", "ccp.proxies_per_class=2",
-                                                                      "ccp.pool_size=3"])
+    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.sft.name=sft", "methods.ccp.proxies_per_class=2",
+                                                                      "methods.ccp.pool_size=3"])
     assert [m.name for m in build_methods(cfg)] == ["ccp", "sft"]
     real, generated, batch, projection = build_model(cfg, fake_train_set(LABELS)).objective.terms
     assert (real.name, generated.name, batch.name, projection.name) == ("real", "generated", "batch", "projection")
@@ -96,8 +96,8 @@ def test_ccp_wraps_first_so_the_generated_term_scores_against_the_proxies():
 
 
 def test_zero_shot_mixes_every_metric_loss_term_and_not_the_regulariser():
-    gsp = ["model.pooling=gsp", "loss.zero_shot_weight=0.25", "augment.name=sft_d", "augment.normalize_input=true",
-           "model.normalize=none", "augment.lam=0.2"]
+    gsp = ["model.pooling=gsp", "methods.zero_shot.weight=0.25", "methods.sft.name=sft_d", "methods.sft.normalize_input=true",
+           "model.normalize=none", "methods.sft.lam=0.2"]
     terms = build_model(load_config("configs/quickstart.yaml", TINY_OVERRIDES + gsp), fake_train_set(LABELS)).objective.terms
     weights = {t.name: t.weight for t in terms}
     assert weights == pytest.approx({"real": 0.75, "generated": 0.75 * 0.2, "zero_shot": 0.25})
@@ -123,12 +123,12 @@ def test_methods_that_would_fight_over_the_loop_are_refused(monkeypatch):
     ("testbed_translation", "testbed", "translation"), ("testbed_npair_sft", "testbed_npair", "sft"),
 ])
 def test_testbed_sft_configs_change_only_the_augmentation(name, baseline, transform):
-    """Issue 18's measurement: each variant is its baseline plus the faithful augment section (lam 0.2 as the paper)."""
+    """Issue 18's measurement: each variant is its baseline plus the faithful methods.sft section (lam 0.2 as the paper)."""
     import dataclasses
 
     cfg = load_config(f"configs/testbed/{name}.yaml")
     base = load_config(f"configs/testbed/{baseline}.yaml")
-    a = cfg.augment
+    a = cfg.methods.sft
     assert cfg.name == name and name.startswith(baseline)  # paired seed by seed with --baseline <baseline>
     assert (a.name, a.lam, a.scheme, a.target, a.score, a.centers, a.alpha, a.start_step) == (
         transform, 0.2, "balanced", "batch", "separate", "update", 1.0, 0)

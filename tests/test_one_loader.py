@@ -1,6 +1,6 @@
 """One loader of a finished run: ``evaluate``, ``gallery`` and ``embed`` + ``search`` see the same vectors.
 
-An SFT-d run (``model.normalize: none``, ``augment.normalize_input: true``) is the case where the
+An SFT-d run (``model.normalize: none``, ``methods.sft.normalize_input: true``) is the case where the
 copies used to disagree: its raw model output is not the embedding the loss compared.
 """
 
@@ -17,7 +17,7 @@ from dmlkit.search.query import build_index_from_embeddings, search_index_folder
 from dmlkit.viz.gallery import nearest_neighbours
 from tests_helpers import TINY_OVERRIDES
 
-SFT_D = ["augment.name=sft_d", "augment.normalize_input=true", "model.normalize=none", "plots=false",
+SFT_D = ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none", "plots=false",
          "eval.clustering=false", "train.max_steps=4", "train.val_every=4", "data.max_classes=12"]
 
 

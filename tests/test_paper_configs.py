@@ -77,10 +77,10 @@ def test_configs_train_a_few_steps_on_miniatures(name, tmp_path):
     ]
     if base.loss.name == "xbm":
         overrides += ["loss.params.memory_size=24", "loss.params.start_iteration=1"]
-    if base.train.warmup_steps:
-        overrides += ["train.warmup_steps=1"]  # the switch from head-only to full training happens in the run
-    if base.ccp.enabled:
-        overrides += ["ccp.proxies_per_class=2", "ccp.pool_size=3"]
+    if base.methods.warmup.steps:
+        overrides += ["methods.warmup.steps=1"]  # the switch from head-only to full training happens in the run
+    if base.methods.ccp.enabled:
+        overrides += ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"]
     if base.model.local_dim is not None:
         overrides += ["model.local_dim=16"]  # the pooled local embedding is the 16-d embedding (model.head: none)
     if base.train.sampler == "fastap_hard" and base.data.name != "vehicleid":
@@ -94,9 +94,9 @@ def test_paper_specific_settings_are_kept():
     assert load_config(PAPER / "thesis_t5.1_panchor_sop.yaml").train.lr == 5.0e-6  # Sec. 5.3.4.1, SOP only
     assert load_config(PAPER / "thesis_t5.1_panchor_cub.yaml").train.lr == 1.0e-5
     gsp = load_config(PAPER / "thesis_t5.1_pnca_gsp_inshop.yaml")
-    assert gsp.model.pooling == "gsp" and gsp.model.pooling_params["eps"] == 0.5 and gsp.loss.zero_shot_weight == 0.1
+    assert gsp.model.pooling == "gsp" and gsp.model.pooling_params["eps"] == 0.5 and gsp.methods.zero_shot.weight == 0.1
     assert load_config(PAPER / "thesis_t5.1_c2_gsp_inshop.yaml").model.pooling_params["eps"] == 5.0
     c2 = load_config(PAPER / "thesis_t3.1_c2_cars.yaml").loss.params
     assert (c2["pos_margin"], c2["neg_margin"]) == (0.2652, 0.5409)
     sft = load_config(PAPER / "sft_t1_npair_sft_cub.yaml")
-    assert (sft.augment.name, sft.augment.lam, sft.train.batch_size, sft.train.m_per_class) == ("sft", 0.2, 60, 3)
+    assert (sft.methods.sft.name, sft.methods.sft.lam, sft.train.batch_size, sft.train.m_per_class) == ("sft", 0.2, 60, 3)

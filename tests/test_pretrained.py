@@ -15,6 +15,7 @@ import re
 
 import pytest
 import torch
+import yaml
 
 from dmlkit.assemble import build_model, build_splits
 from dmlkit.assemble import pretrained as P
@@ -192,14 +193,22 @@ def test_a_config_field_added_since_takes_its_default_and_a_changed_value_is_sta
     torch.save(entry, cache)  # a field today's config no longer knows: stale
     with pytest.raises(P.PretrainedCacheError, match="stale.*retired_option"):
         P.read_pretrained(TINY)
-    assert "augment:\n  name: null\n" in text and "  alpha: " in text
-    entry["config"] = re.sub(r"(augment:\n(?:  .*\n)*?)  alpha: .*\n", r"\1  alpha: 0.123\n", text)
+    assert "methods:\n  sft:\n    name: null\n" in text and "    alpha: " in text
+    entry["config"] = re.sub(r"(  sft:\n(?:    .*\n)*?)    alpha: .*\n", r"\1    alpha: 0.123\n", text)
     torch.save(entry, cache)  # an option of a method the recipe leaves off (SFT's centre step): not stale
     assert P.read_pretrained(TINY) is not None
-    entry["config"] = entry["config"].replace("augment:\n  name: null\n", "augment:\n  name: sft\n")
+    entry["config"] = entry["config"].replace("  sft:\n    name: null\n", "  sft:\n    name: sft\n")
     torch.save(entry, cache)  # ... but a recipe trained with that method on is
-    with pytest.raises(P.PretrainedCacheError, match="stale.*augment"):
+    with pytest.raises(P.PretrainedCacheError, match="stale.*methods.sft"):
         P.read_pretrained(TINY)
+    old_form = yaml.safe_load(text)  # an entry written before the methods: section: the old keys, read as the new
+    methods = old_form.pop("methods")
+    old_form.update(augment=methods["sft"], ccp=methods["ccp"])
+    old_form["train"]["warmup_steps"] = methods["warmup"]["steps"]
+    entry["config"] = yaml.safe_dump(old_form, sort_keys=False)
+    torch.save(entry, cache)
+    with pytest.warns(FutureWarning, match="'augment' .* is now 'methods.sft'"):
+        assert P.read_pretrained(TINY) is not None
 
 
 def test_the_key_covers_the_data_and_the_libraries(monkeypatch):

@@ -132,7 +132,7 @@ EXPECTED = {
     "dmlkit.augment": [
         "spherical_transform", "degenerate_transform", "translation_transform", "rotation_matrix", "create_transform",
         "ClassCenters", "FeatureGenerator", "FeatureAugmentedLoss", "balanced_targets", "unbalanced_targets",
-        "AugmentConfig", "build_augmented_loss",
+        "SFTConfig", "build_augmented_loss",
     ],
     "dmlkit.methods": ["Method", "BuildContext", "METHODS", "build_methods", "list_methods"],
     "dmlkit.assemble": ["build_run", "build_trainer", "resume_trainer", "load_finished_run", "evaluate_run", "embed_run"],

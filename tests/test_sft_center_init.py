@@ -1,4 +1,4 @@
-"""``augment.init_centers: data`` (issue 18): before the first step every class centre is its training images' mean.
+"""``methods.sft.init_centers: data`` (issue 18): before the first step every class centre is its training images' mean.
 
 Checked against brute force (one image at a time, eval mode, in the space the centres live in), on
 one process and on two gloo processes (every rank ends with the same centres); a resumed run keeps
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dmlkit.assemble import build_trainer, resume_trainer
-from dmlkit.augment import AugmentConfig, ClassCenters, FeatureGenerator, class_sums
+from dmlkit.augment import SFTConfig, ClassCenters, FeatureGenerator, class_sums
 from dmlkit.config import load_config
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import load_checkpoint
@@ -138,11 +138,11 @@ def test_set_means_and_class_sums_check_their_input():
 
 
 def test_config_values_are_checked():
-    assert AugmentConfig(name="sft").init_centers == "none"
-    with pytest.raises(ValueError, match=r"augment.init_centers must be one of \('none', 'data'\)"):
-        AugmentConfig(name="sft", init_centers="mean")
-    with pytest.raises(ValueError, match="set augment.centers: update"):
-        AugmentConfig(name="sft", init_centers="data", centers="random")
+    assert SFTConfig(name="sft").init_centers == "none"
+    with pytest.raises(ValueError, match=r"methods.sft.init_centers must be one of \('none', 'data'\)"):
+        SFTConfig(name="sft", init_centers="mean")
+    with pytest.raises(ValueError, match="set methods.sft.centers: update"):
+        SFTConfig(name="sft", init_centers="data", centers="random")
 
 
 # --------------------------------------------------------------------------- two processes
@@ -182,7 +182,7 @@ def test_every_process_ends_with_the_same_centres(tmp_path):
 
 
 # --------------------------------------------------------------------------- in a run
-QUICK = TINY_OVERRIDES + ["plots=false", "eval.clustering=false", "train.log_every=1", "augment.name=sft",
+QUICK = TINY_OVERRIDES + ["plots=false", "eval.clustering=false", "train.log_every=1", "methods.sft.name=sft",
                           "data.max_classes=8"]  # 6 training classes, batches of 4 classes x 4
 
 
@@ -228,7 +228,7 @@ def records(run_dir):
 
 
 def test_a_run_starts_from_the_data_centres_and_its_resume_keeps_the_checkpoints(tmp_path, monkeypatch):
-    cfg = load_config("configs/quickstart.yaml", QUICK + ["augment.init_centers=data"])
+    cfg = load_config("configs/quickstart.yaml", QUICK + ["methods.sft.init_centers=data"])
     first = CentresAtStart()
     with pytest.raises(KeyboardInterrupt):
         build_trainer(cfg, tmp_path / "cut", callbacks=[first, StopAfterValidation(4)], quiet=True).fit()
@@ -255,7 +255,7 @@ def test_none_trains_exactly_as_before_the_option(tmp_path, monkeypatch):
     run = lambda name, *extra: build_trainer(  # noqa: E731
         load_config("configs/quickstart.yaml", QUICK + ["train.max_steps=4", "train.val_every=4", *extra]),
         tmp_path / name, quiet=True).fit()
-    run("none", "augment.init_centers=none")
+    run("none", "methods.sft.init_centers=none")
     with monkeypatch.context() as m:  # the hooks of SFT before issue 18's init_centers: the statistics only
         m.setattr(SFT, "callbacks", lambda self: [SFTStats(self.generated)])
         run("before")
@@ -276,5 +276,6 @@ def test_the_testbed_config_is_testbed_sft_with_centres_from_the_data():
     import dataclasses
 
     cfg, base = load_config("configs/testbed/testbed_sft_init.yaml"), load_config("configs/testbed/testbed_sft.yaml")
-    assert cfg.name == "testbed_sft_init" and cfg.augment.init_centers == "data" and base.augment.init_centers == "none"
-    assert dataclasses.replace(cfg, name=base.name, augment=dataclasses.replace(cfg.augment, init_centers="none")) == base
+    assert cfg.name == "testbed_sft_init" and cfg.methods.sft.init_centers == "data" and base.methods.sft.init_centers == "none"
+    sft = dataclasses.replace(cfg.methods.sft, init_centers="none")
+    assert dataclasses.replace(cfg, name=base.name, methods=dataclasses.replace(cfg.methods, sft=sft)) == base

@@ -40,10 +40,10 @@ def shrink(path: Path) -> list[str]:
         extra.append("data.val_fraction=0")
     if cfg.train.sampler == "fastap_hard":
         extra.append("data.max_classes=300")
-    if cfg.augment.name and cfg.augment.centers != "random" and cfg.augment.init_centers == "none":
-        extra.append("augment.init_centers=data")  # centres from step 0, so 2 steps score a generated batch
-    if cfg.ccp.enabled and cfg.ccp.proxies_per_class > 3:
-        extra += ["ccp.proxies_per_class=3", f"ccp.pool_size={max(3, min(cfg.ccp.pool_size, 6))}"]
+    if cfg.methods.sft.name and cfg.methods.sft.centers != "random" and cfg.methods.sft.init_centers == "none":
+        extra.append("methods.sft.init_centers=data")  # centres from step 0, so 2 steps score a generated batch
+    if cfg.methods.ccp.enabled and cfg.methods.ccp.proxies_per_class > 3:
+        extra += ["methods.ccp.proxies_per_class=3", f"methods.ccp.pool_size={max(3, min(cfg.methods.ccp.pool_size, 6))}"]
     return extra
 
 

@@ -15,16 +15,16 @@ QUICK = TINY_OVERRIDES + ["plots=false", "eval.clustering=false", "train.max_ste
 
 
 def test_parse_grid_keeps_order_and_values():
-    grid = parse_grid(["ccp.proxies_per_class=1,2", "ccp.pool_size = 4, 6 ,8"])
-    assert grid == {"ccp.proxies_per_class": ["1", "2"], "ccp.pool_size": ["4", "6", "8"]}
+    grid = parse_grid(["methods.ccp.proxies_per_class=1,2", "methods.ccp.pool_size = 4, 6 ,8"])
+    assert grid == {"methods.ccp.proxies_per_class": ["1", "2"], "methods.ccp.pool_size": ["4", "6", "8"]}
     points = grid_points(grid)
     assert len(points) == 6
-    assert points[0] == (("ccp.proxies_per_class", "1"), ("ccp.pool_size", "4"))
-    assert points[-1] == (("ccp.proxies_per_class", "2"), ("ccp.pool_size", "8"))
+    assert points[0] == (("methods.ccp.proxies_per_class", "1"), ("methods.ccp.pool_size", "4"))
+    assert points[-1] == (("methods.ccp.proxies_per_class", "2"), ("methods.ccp.pool_size", "8"))
 
 
 @pytest.mark.parametrize("specs, match", [
-    (["ccp.pool_size"], "KEY=V1,V2"),
+    (["methods.ccp.pool_size"], "KEY=V1,V2"),
     (["=1,2"], "KEY=V1,V2"),
     (["train.lr=1e-3,,1e-4"], "empty value"),
     (["train.lr=1e-3,1e-3"], "repeats"),
@@ -45,8 +45,8 @@ def test_point_names_are_distinct_and_file_safe():
 
 
 def test_sweep_trains_each_point_skips_invalid_ones_and_reuses(tmp_path):
-    grid = parse_grid(["ccp.proxies_per_class=1,2", "ccp.pool_size=1,3"])
-    overrides = QUICK + ["ccp.enabled=true", "ccp.patience=1"]
+    grid = parse_grid(["methods.ccp.proxies_per_class=1,2", "methods.ccp.pool_size=1,3"])
+    overrides = QUICK + ["methods.ccp.enabled=true", "methods.ccp.patience=1"]
     table = run_sweep("holdout", ["configs/experiments/ccp/contrastive.yaml"], grid, tmp_path, seeds=[0],
                       overrides=overrides)
     record = json.loads((tmp_path / "results.json").read_text())
@@ -59,7 +59,7 @@ def test_sweep_trains_each_point_skips_invalid_ones_and_reuses(tmp_path):
         run = tmp_path / f"{name}-seed0"
         assert (run / "summary.json").is_file()
         cfg = load_config(run / "config.yaml")
-        assert (cfg.ccp.proxies_per_class, cfg.ccp.pool_size) == tuple(int(v) for v in point)
+        assert (cfg.methods.ccp.proxies_per_class, cfg.methods.ccp.pool_size) == tuple(int(v) for v in point)
         assert len(entries[point]["per_seed"]) == 1
     assert "invalid" in table and table.count("(n=1)") == 3
     assert (tmp_path / "sweep.png").stat().st_size > 0

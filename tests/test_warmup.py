@@ -1,4 +1,4 @@
-"""Head-only warm-up (``train.warmup_steps``): the backbone's learning rate is 0, then ``train.lr``, also after a resume."""
+"""Head-only warm-up (``methods.warmup.steps``): the backbone's learning rate is 0, then ``train.lr``, also after a resume."""
 
 from types import SimpleNamespace
 
@@ -7,12 +7,13 @@ import torch
 
 from dmlkit.config import load_config
 from dmlkit.methods.warmup import HeadWarmup, Warmup
+from dmlkit.methods.warmup_config import WarmupConfig
 
 
 def fake_trainer(step, warmup_steps=3, lr=0.1):
     body, head = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
     opt = torch.optim.SGD([{"name": "body", "params": [body], "lr": lr}, {"name": "head", "params": [head], "lr": lr}])
-    cfg = SimpleNamespace(train=SimpleNamespace(warmup_steps=warmup_steps, lr=lr))
+    cfg = SimpleNamespace(train=SimpleNamespace(lr=lr), methods=SimpleNamespace(warmup=WarmupConfig(warmup_steps)))
     return SimpleNamespace(optimizer=opt, state=SimpleNamespace(step=step), cfg=cfg), body, head
 
 
@@ -48,7 +49,7 @@ def test_resume_sets_the_rate_of_the_step(step, lr):
 
 
 def test_config_and_bad_value():
-    assert load_config("configs/proxy_nca_pp.yaml").train.warmup_steps == 253
+    assert load_config("configs/proxy_nca_pp.yaml").methods.warmup.steps == 253
     assert warmup_callbacks(fake_trainer(0, warmup_steps=0)[0]) == []
-    with pytest.raises(ValueError, match="warmup_steps"):
-        warmup_callbacks(fake_trainer(0, warmup_steps=-1)[0])
+    with pytest.raises(ValueError, match="methods.warmup.steps must be an int >= 0"):
+        load_config("configs/proxy_nca_pp.yaml", ["methods.warmup.steps=-1"])

@@ -15,7 +15,7 @@ from tests_helpers import TINY_OVERRIDES, fake_train_set
 GSP = [
     "model.pooling=gsp",
     "model.pooling_params={num_prototypes: 8, iters: 20}",
-    "loss.zero_shot_weight=0.25",
+    "methods.zero_shot.weight=0.25",
 ]
 
 
@@ -66,8 +66,8 @@ def test_objective_total_is_the_weighted_sum_of_independently_computed_terms():
 
 def test_zero_shot_needs_gsp_pooling():
     with pytest.raises(ValueError, match="gsp"):
-        build_model(_cfg("loss.zero_shot_weight=0.1"), fake_train_set(torch.arange(4)))
-    with pytest.raises(ValueError, match=r"must lie in \(0, 1\)"):
-        build_model(_cfg(*GSP[:2], "loss.zero_shot_weight=1.5"), fake_train_set(torch.arange(4)))
-    with pytest.raises(ValueError, match="zero_shot_params"):
-        build_model(_cfg(*GSP, "loss.zero_shot_params={bogus: 1}"), fake_train_set(torch.arange(4)))
+        build_model(_cfg("methods.zero_shot.weight=0.1"), fake_train_set(torch.arange(4)))
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\)"):
+        build_model(_cfg(*GSP[:2], "methods.zero_shot.weight=1.5"), fake_train_set(torch.arange(4)))
+    with pytest.raises(ValueError, match="unknown methods.zero_shot.params"):
+        build_model(_cfg(*GSP, "methods.zero_shot.params={bogus: 1}"), fake_train_set(torch.arange(4)))

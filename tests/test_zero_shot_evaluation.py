@@ -57,7 +57,7 @@ def test_the_study_evaluates_a_finished_gsp_run(tmp_path):
 
     cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + [
         "train.max_steps=2", "train.val_every=2", "model.pooling=gsp", "model.pooling_params={num_prototypes: 4, iters: 20}",
-        "loss.zero_shot_weight=0.1",
+        "methods.zero_shot.weight=0.1",
     ])
     build_trainer(cfg, tmp_path / "run", quiet=True).fit()
     assert main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "study"), "--repeats", "20", "--classes", "4"]) == 0

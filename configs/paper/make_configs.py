@@ -49,6 +49,12 @@ def section(name: str, items: dict[str, object], notes: dict[str, str] | None = 
     return "\n".join(lines)
 
 
+def methods_section(methods: dict[str, dict[str, object]], notes: dict[str, dict[str, str]] | None = None) -> str:
+    """The ``methods:`` section: one indented sub-section per training method (sft, ccp, zero_shot, warmup)."""
+    blocks = [section(name, items, (notes or {}).get(name)) for name, items in methods.items()]
+    return "methods:\n" + "\n".join("  " + line for block in blocks for line in block.splitlines())
+
+
 def write(path: Path, header: list[str], sections: list[str]) -> None:
     text = "\n".join("# " + h for h in header) + "\n" + "\n".join(sections) + "\n"
     path.write_text(text)
@@ -85,11 +91,12 @@ TABLE_3_1 = {
 }
 
 
-def thesis_loss(method: str, ds: str) -> tuple[dict, dict, list[str]]:
-    """(loss section, extra train settings, notes) of a Table 3.1 method."""
+def thesis_loss(method: str, ds: str) -> tuple[dict, dict, dict, list[str]]:
+    """(loss section, extra train settings, methods section, notes) of a Table 3.1 method."""
     base = method.replace("_ccp_l", "").replace("_xbm_l", "").replace("soft_triple_l", "soft_triple")
     notes: list[str] = []
     train: dict[str, object] = {}
+    methods: dict[str, dict[str, object]] = {}
     if base == "c1":
         loss = {"name": "contrastive", "params": {"pos_margin": 0.0, "neg_margin": 0.5}, "miner": None}
     elif base == "c2":
@@ -113,16 +120,17 @@ def thesis_loss(method: str, ds: str) -> tuple[dict, dict, list[str]]:
     else:  # pragma: no cover
         raise ValueError(method)
     if base in ("proxy_anchor", "proxy_nca_pp", "soft_triple"):
-        train.update(m_per_class=1, loss_lr=1.0e-3, warmup_steps=WARMUP_STEPS[ds])
+        train.update(m_per_class=1, loss_lr=1.0e-3)
+        methods["warmup"] = {"steps": WARMUP_STEPS[ds]}
         notes.append("1 sample per class, proxy lr x100 (loss_lr = 100 x lr), 1 epoch of head-only warm-up:")
-        notes.append(f"warmup_steps = 3/4 of the {TRAIN_IMAGES[ds]} train images / batch 32 = {WARMUP_STEPS[ds]} (folds vary a little)")
+        notes.append(f"methods.warmup.steps = 3/4 of the {TRAIN_IMAGES[ds]} train images / batch 32 = {WARMUP_STEPS[ds]} (folds vary a little)")
     if method.endswith("_xbm_l"):
         inner = dict(loss)
         memory = XBM_L_BATCHES[ds] * 32
         loss = {"name": "xbm", "params": {"loss": inner["name"], "loss_params": inner["params"], "memory_size": memory,
                                           "start_iteration": 1000}, "miner": None}
         notes.append(f"XBM-L: memory of {XBM_L_BATCHES[ds]} batches of 32 = {memory}; 1K baseline steps before XBM")
-    return loss, train, notes
+    return loss, train, methods, notes
 
 
 def thesis_configs() -> int:
@@ -130,7 +138,7 @@ def thesis_configs() -> int:
     for method, (row, values) in TABLE_3_1.items():
         for j, ds in enumerate(THESIS_DATASETS):
             p1_512, map_512, p1_128, map_128 = values[4 * j : 4 * j + 4]
-            loss, train_extra, notes = thesis_loss(method, ds)
+            loss, train_extra, methods, notes = thesis_loss(method, ds)
             ccp = method.endswith("_ccp_l")
             name = f"thesis_t3.1_{method}_{ds}"
             header = [
@@ -152,8 +160,10 @@ def thesis_configs() -> int:
             ]
             if ccp:
                 big = ds in SMALL
-                sections.append(section("ccp", {"enabled": True, "proxies_per_class": 8 if big else 4, "pool_size": 12 if big else 7,
-                                                "lam": 2.0e-4}))
+                methods = {"ccp": {"enabled": True, "proxies_per_class": 8 if big else 4, "pool_size": 12 if big else 7,
+                                   "lam": 2.0e-4}} | methods
+            if methods:
+                sections.append(methods_section(methods))
             train = {"optimizer": "adam", "lr": 1.0e-5, "weight_decay": 1.0e-4, "betas": [0.9, 0.99], "batch_size": 32, "m_per_class": 4,
                      "max_steps": 100000, "schedule": "none", "val_every": 25 if ds in SMALL else 250,
                      "val_metric": "mean_average_precision_at_r", "patience": 60}
@@ -204,7 +214,7 @@ def thesis51_configs() -> int:
         base = {"pnca": "proxy_nca_pp", "panchor": "proxy_anchor"}.get(core, core)
         base = base.replace("c1_xbm", "c1_xbm_l").replace("c1_ccp", "c1_ccp_l")
         for j, ds in enumerate(THESIS_DATASETS):
-            loss, train_extra, notes = thesis_loss(base, ds)
+            loss, train_extra, methods, notes = thesis_loss(base, ds)
             proxy_based = core in ("pnca", "panchor", "c1_ccp")
             if core == "pnca":
                 loss["params"] = {"temperature": 0.11}
@@ -226,27 +236,33 @@ def thesis51_configs() -> int:
             if gsp:
                 header.append(f"GSP: {GSP_PROTOTYPES[ds]} prototypes, eps {0.5 if proxy_based else 5.0} ({'proxy' if proxy_based else 'non-proxy'} loss), "
                               "mu 0.3, 100 iterations; zero-shot loss lambda 0.1 with ridge 0.05 (Eq. 5.2.5).")
+                header.append("Architecture of Sec. 5.2.4: backbone map -> 1x1 conv (128) -> GSP -> l2, no layer after the pooling; prototypes")
+                header.append("start as the author's code starts them (k-centre of 1,024 GAP-pooled vectors after a GAP warm-up).")
             if ds == "inshop":
                 header.append("In-shop is evaluated query -> gallery (eval.split: query, eval.reference_split: gallery).")
             model = {"backbone": "timm:inception_v3", "pretrained": True, "pooling": "gsp" if gsp else "gap"}
             if gsp:
-                model["pooling_params"] = {"num_prototypes": GSP_PROTOTYPES[ds], "mu": 0.3, "eps": 0.5 if proxy_based else 5.0, "iters": 100}
+                model["pooling_params"] = {"num_prototypes": GSP_PROTOTYPES[ds], "mu": 0.3, "eps": 0.5 if proxy_based else 5.0, "iters": 100,
+                                           "init": "kcenter", "memory_size": 1024}
+                model.update(local_dim=128, head="none")
             model.update(embedding_dim=128, normalize="l2")
             if gsp:
-                loss["zero_shot_weight"] = 0.1
-                loss["zero_shot_params"] = {"ridge": 0.05}
+                methods = {"zero_shot": {"weight": 0.1, "params": {"ridge": 0.05}}} | methods
             sections = [
                 f"name: {name}",
                 "seed: 0",
                 section("data", {"name": ds, "root": None, "image_size": 227, "val_fraction": 0.25, "augment": True, "num_workers": 4},
                         {"root": "set with --set data.root=PATH", "num_workers": "assumed", "val_fraction": "one fold, for a plain `dmlkit train`"}),
-                section("model", model),
+                section("model", model, {"local_dim": "Sec. 5.2.4: 1x1 conv to 128-d local embeddings",
+                                         "head": "the pooled vector is the embedding"}),
                 section("loss", loss),
             ]
             if core == "c1_ccp":
                 big = ds in SMALL
-                sections.append(section("ccp", {"enabled": True, "proxies_per_class": 8 if big else 4, "pool_size": 12 if big else 7,
-                                                "lam": 2.0e-4}))
+                methods = {"ccp": {"enabled": True, "proxies_per_class": 8 if big else 4, "pool_size": 12 if big else 7,
+                                   "lam": 2.0e-4}} | methods
+            if methods:
+                sections.append(methods_section(methods))
             train = {"optimizer": "adam", "lr": lr, "weight_decay": 1.0e-4, "betas": [0.9, 0.99], "batch_size": 32, "m_per_class": 4,
                      "max_steps": 100000, "schedule": "none", "val_every": 100 if ds in SMALL else 1000,
                      "val_metric": "mean_average_precision_at_r", "patience": 15 if ds in SMALL else 10}
@@ -339,10 +355,10 @@ def sft_config(name: str, ds: str, loss_name: str, aug: str | None, row: str, ta
                                     "centers": "update", "alpha": 1.0}
         if aug == "sft_d":
             items["normalize_input"] = True
-        sections.append(section("augment", items, {
+        sections.append(methods_section({"sft": items}, {"sft": {
             "target": "'randomly choose a different class', read as among the batch's classes (assumed)",
             "alpha": "Eq. 9 as written (no step size in the paper)",
-        }))
+        }}))
     sections.append(section("train", {
         "optimizer": "sgd", "lr": lr, "head_lr": 10 * lr, "momentum": 0.9, "weight_decay": 1.0e-4, "batch_size": 60, "m_per_class": 3,
         "max_steps": 30000, "schedule": "step", "step_size": 10000, "step_gamma": 0.1, "val_every": 1000,

@@ -1,11 +1,12 @@
 """Typed experiment configs: YAML files plus dotted ``--set`` overrides.
 
 Each component owns its config dataclass (``data.config.DataConfig``,
-``models.config.ModelConfig``, ``losses.config.LossConfig``, ``augment.config.AugmentConfig``,
-``engine.config.TrainConfig``/``EvalConfig``); this module only composes them
-into ``ExperimentConfig`` and converts between dataclasses and plain dicts.
+``models.config.ModelConfig``, ``losses.config.LossConfig``, ``engine.config.TrainConfig``/``EvalConfig``,
+and the training methods' sections under ``methods:``, ``methods.config.MethodsConfig``); this module only
+composes them into ``ExperimentConfig`` and converts between dataclasses and plain dicts.
 An unknown key or a value of the wrong type is a ``ValueError`` that names the
-key path and lists the valid keys.
+key path and lists the valid keys. The methods' old keys (``augment:``, ``ccp:``, ...) are read as their
+new ones, with a ``FutureWarning`` (``dmlkit.config_migration``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from typing import Any, Union
 
 import yaml
 
-from dmlkit.augment.config import AugmentConfig
+from dmlkit.config_migration import migrate_overrides, migrate_values
 from dmlkit.data.config import DataConfig
 from dmlkit.engine.config import EvalConfig, TrainConfig
 from dmlkit.losses.config import LossConfig
+from dmlkit.methods.config import MethodsConfig
 from dmlkit.models.config import ModelConfig
-from dmlkit.proxies.config import CCPConfig
 
 
 @dataclass
@@ -39,8 +40,7 @@ class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     loss: LossConfig = field(default_factory=LossConfig)
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
-    ccp: CCPConfig = field(default_factory=CCPConfig)
+    methods: MethodsConfig = field(default_factory=MethodsConfig)  # SFT, CCP, zero-shot loss, warm-up
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     # published results of the paper row this config reproduces (configs/paper/); informative only
@@ -138,10 +138,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of ``values`` with each dotted override written in."""
+    """Return a copy of ``values`` with each dotted override written in (an old method key as its new key)."""
     result = _deep_copy(values)
-    for text in overrides:
-        keys, value = parse_override(text)
+    parsed = [parse_override(text) for text in overrides]
+    for text, keys, (_, value) in zip(overrides, migrate_overrides([k for k, _ in parsed], list(overrides)), parsed):
         node = result
         for key in keys[:-1]:
             child = node.get(key)
@@ -182,6 +182,7 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
         values = yaml.safe_load(fh) or {}
     if not isinstance(values, dict):
         raise ValueError(f"config file '{path}' must hold a mapping of sections at its top level")
+    values = migrate_values(values, f"in {path}")  # each file of a base: chain on its own
     base = values.pop("base", None)
     if base is None:
         return values
@@ -205,13 +206,6 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ex
     return from_dict(ExperimentConfig, values)
 
 
-#: Config sections of training methods and when a config leaves the method off (``methods.*.from_config``).
-METHOD_SWITCHES = {
-    "augment": lambda section: section.get("name") is None,
-    "ccp": lambda section: not section.get("enabled"),
-}
-
-
 def _flatten(values: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(values, dict):
         return {prefix: values}
@@ -224,14 +218,14 @@ def _flatten(values: Any, prefix: str = "") -> dict[str, Any]:
 def config_differences(a: ExperimentConfig, b: ExperimentConfig) -> list[str]:
     """The dotted keys where ``a`` and ``b`` would train differently, sorted.
 
-    The options of a method that both leave off (SFT's ``augment``, ``ccp``) are not compared: a run
-    without SFT is the same run whatever SFT's default centre step is. Load a stored config with
-    ``load_config`` first, so that a field added since takes its default.
+    The options of a method that both leave off (a section of ``methods:`` that is not ``active`` in
+    either) are not compared: a run without SFT is the same run whatever SFT's default centre step is.
+    Load a stored config with ``load_config`` first, so that a field added since takes its default.
     """
     left, right = to_dict(a), to_dict(b)
-    for section, is_off in METHOD_SWITCHES.items():
-        if is_off(left[section]) and is_off(right[section]):
-            left.pop(section), right.pop(section)
+    on = set(a.methods.enabled_sections()) | set(b.methods.enabled_sections())
+    for section in left["methods"].keys() - on:
+        left["methods"].pop(section), right["methods"].pop(section)
     old, new = _flatten(left), _flatten(right)
     missing = object()
     return sorted(k for k in old.keys() | new.keys() if old.get(k, missing) != new.get(k, missing))

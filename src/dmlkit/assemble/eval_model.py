@@ -6,7 +6,7 @@ embedding. ``eval.embedding: classifier`` evaluates retrieval on that head's out
 before it (``features``, the default).
 
 The features are what the run's methods say the embedding is (``Method.eval_model``): for
-SFT-d (``augment.normalize_input``) the L2-normalised embedding that the loss compared, not
+SFT-d (``methods.sft.normalize_input``) the L2-normalised embedding that the loss compared, not
 the raw pre-normalisation output. Every command that embeds with a finished run goes through
 ``evaluation_model``, so they all search the same vectors.
 """

@@ -22,7 +22,7 @@ Modes (the three rows of Table 6, "Impact of center estimation"):
 
 Start (``set_means``): by default a class has no centre until its first batch (the first Eq. 9
 step starts it at the batch mean). ``set_means(sums, counts)`` starts every class at its mean over
-any set of features instead (the training tool's ``augment.init_centers: data``: the whole
+any set of features instead (the training tool's ``methods.sft.init_centers: data``: the whole
 training split under the initial network, before the first step); ``class_sums`` gives the sums
 and counts, which add over batches and over processes (an all-reduce), so the means of a whole
 training set are taken batch by batch.
@@ -199,7 +199,7 @@ class ClassCenters(nn.Module):
         if self.mode == "random":
             raise ValueError(
                 "mode 'random' keeps fixed random centres (Table 6, 'Random'): starting them at class means "
-                "contradicts it; use mode 'update' or 'pick' (in a config: augment.centers), or do not set the means"
+                "contradicts it; use mode 'update' or 'pick' (in a config: methods.sft.centers), or do not set the means"
             )
         if not isinstance(sums, Tensor) or tuple(sums.shape) != (self.num_classes, self.dim):
             shape = tuple(sums.shape) if isinstance(sums, Tensor) else type(sums).__name__

@@ -41,23 +41,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dmlkit.augment.centers import CENTER_MODES, ClassCenters
-from dmlkit.augment.schemes import NO_TARGET, SCHEMES, check_policy, draw_targets, mask_head, split_head_tail
+from dmlkit.augment.centers import ClassCenters
+from dmlkit.augment.schemes import NO_TARGET, draw_targets, mask_head, split_head_tail
 from dmlkit.augment.sft import degenerate_transform, spherical_transform, translation_transform
+from dmlkit.augment.sft_config import AUGMENT_TRANSFORMS, SFTConfig, canonical_transform_name
 
 __all__ = ["AUGMENT_TRANSFORMS", "FeatureGenerator", "canonical_transform_name"]
 
-AUGMENT_TRANSFORMS = ("sft", "sft_d", "translation")
-_ALIASES = {"sft": "sft", "sft_d": "sft_d", "sft-d": "sft_d", "translation": "translation"}
 _TRANSFORMS = {"sft": spherical_transform, "sft_d": degenerate_transform, "translation": translation_transform}
-
-
-def canonical_transform_name(name: str) -> str:
-    """``"sft"``, ``"sft_d"`` (alias ``"sft-d"``) or ``"translation"``; ``ValueError`` otherwise."""
-    try:
-        return _ALIASES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown transform {name!r}: choose one of {AUGMENT_TRANSFORMS}") from None
 
 
 class FeatureGenerator(nn.Module):
@@ -101,22 +92,14 @@ class FeatureGenerator(nn.Module):
     ) -> None:
         super().__init__()
         self.transform = canonical_transform_name(transform)
-        if self.transform == "sft_d" and not normalize_input:
-            raise ValueError(
-                "SFT-d translates before the L2 normalisation and re-projects (Sec. 3.4, Proposition 2): pass "
-                "normalize_input=True and feed the embeddings before their normalisation (in a config: "
-                "augment.normalize_input: true and model.normalize: none)"
-            )
-        if isinstance(start_step, bool) or int(start_step) != start_step or start_step < 0:
-            raise ValueError(f"start_step must be an integer >= 0 (steps before the augmentation starts), got {start_step!r}")
-        if scheme not in SCHEMES:
-            raise ValueError(f"unknown scheme {scheme!r}: choose one of {SCHEMES}")
-        if centers not in CENTER_MODES:
-            raise ValueError(f"unknown centers mode {centers!r}: choose one of {CENTER_MODES}")
+        # the arguments are checked by the rules of the config section (one place: SFTConfig.__post_init__)
+        SFTConfig(name=self.transform, scheme=scheme, target=target, centers=centers, alpha=alpha,
+                  tail_threshold=tail_threshold, normalize_input=normalize_input,
+                  update_centers_first=update_centers_first, start_step=start_step)
         if int(seed) != seed:
             raise ValueError(f"seed must be an integer, got {seed!r}")
         self.scheme = scheme
-        self.target = check_policy(target)
+        self.target = target
         self.start_step = int(start_step)
         self.steps = 0
         self.tail_threshold = int(tail_threshold)
@@ -129,6 +112,19 @@ class FeatureGenerator(nn.Module):
         self.register_buffer("is_tail", tail.clone())
         self.last_num_generated = 0
         self.last_center_cosine: Tensor | None = None
+
+    @classmethod
+    def from_config(cls, cfg: SFTConfig, num_classes: int, dim: int,
+                    class_counts: Tensor | Sequence[int] | None = None, seed: int = 0) -> "FeatureGenerator":
+        """The generator of the ``methods.sft`` section ``cfg`` (``cfg.name`` set): ``num_classes`` classes, ``dim``-d."""
+        if not isinstance(cfg, SFTConfig):
+            raise ValueError(f"cfg must be an SFTConfig (the methods.sft section), got {type(cfg).__name__}")
+        if not cfg.active:
+            raise ValueError("methods.sft.name is null (no augmentation): set it to sft, sft_d or translation")
+        return cls(num_classes, dim, transform=cfg.name, scheme=cfg.scheme, target=cfg.target, centers=cfg.centers,
+                   alpha=cfg.alpha, tail_threshold=cfg.tail_threshold, class_counts=class_counts, seed=seed,
+                   normalize_input=cfg.normalize_input, update_centers_first=cfg.update_centers_first,
+                   start_step=cfg.start_step)
 
     def _head_tail(self, class_counts: Tensor | Sequence[int] | None) -> tuple[Tensor, Tensor]:
         c = self.centers.num_classes

@@ -31,7 +31,7 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
     sweep.add_argument("name", choices=["conventional", "holdout"], help="single-model protocol of every run")
     sweep.add_argument("configs", nargs="+", help="experiment YAML files, each swept over the grid")
     sweep.add_argument("--grid", action="append", required=True, metavar="KEY.PATH=V1,V2,...",
-                       help="a swept key and its values, e.g. --grid ccp.pool_size=4,6,8 (repeatable: the product)")
+                       help="a swept key and its values, e.g. --grid methods.ccp.pool_size=4,6,8 (repeatable: the product)")
     add_seeds(sweep, [0], "seeds (default: 0)")
     sweep.add_argument("--out", required=True, help="folder for the runs, results.md, results.json and sweep.png")
     add_overrides(sweep, "override applied to every run (repeatable)")

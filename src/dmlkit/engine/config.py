@@ -17,7 +17,8 @@ class TrainConfig:
     lr 1e-5, weight decay 1e-4, betas (0.9, 0.99), batch 32 with 4 samples per class,
     validation MAP@R, early stopping; the configs under ``configs/`` set them per experiment.
     ``sampler`` names a batch sampler of ``dmlkit.data.list_batch_samplers()`` (``m_per_class``
-    uses ``m_per_class``; ``fastap_random`` / ``fastap_hard`` take ``sampler_params``).
+    uses ``m_per_class``; ``fastap_random`` / ``fastap_hard`` take ``sampler_params``). The head-only
+    warm-up is a training method: ``methods.warmup.steps`` (formerly ``train.warmup_steps``).
     """
 
     optimizer: str = "adam"
@@ -41,7 +42,6 @@ class TrainConfig:
     val_metric: str = "mean_average_precision_at_r"
     patience: int = 5
     grad_clip: float | None = None
-    warmup_steps: int = 0  # steps training only the head and proxies (methods/warmup.py; thesis: 1 epoch)
     log_every: int = 10
     accelerator: str = "auto"
     devices: int = 1

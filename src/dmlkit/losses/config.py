@@ -33,19 +33,15 @@ class LossConfig:
             ``multi_similarity``, none for most), a name of ``list_miners()``, or
             None for no miner.
         miner_params: hyper-parameters of the miner.
-        zero_shot_weight: ``lam`` of Eq. 5.2.5, ``(1 - lam) L_DML + lam L_ZS`` with the
-            zero-shot prediction loss of GSP (thesis Sec. 5.2.3; 0.1 in Sec. 5.2.4);
-            0 = off. Needs ``model.pooling: gsp``.
-        zero_shot_params: ``ridge`` (eps of P3, default 0.05) and ``embedding_dim`` (class
-            embedding size, default the number of prototypes) of ``ZeroShotPredictionLoss``.
+
+    GSP's zero-shot prediction loss is a training method: ``methods.zero_shot`` (formerly
+    ``loss.zero_shot_weight`` / ``loss.zero_shot_params``).
     """
 
     name: str = "multi_similarity"
     params: dict[str, Any] = field(default_factory=dict)
     miner: str | None = DEFAULT_MINER
     miner_params: dict[str, Any] = field(default_factory=dict)
-    zero_shot_weight: float = 0.0
-    zero_shot_params: dict[str, Any] = field(default_factory=dict)
 
 
 def _resolve_miner(cfg: LossConfig, default: str | None) -> str | None:

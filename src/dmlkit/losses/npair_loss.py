@@ -12,7 +12,7 @@ positives from ``ref_emb`` (``embeddings`` when none is given, which is PML's lo
 for value): the pairs are the positive pairs ``(anchor in embeddings, positive in
 ref_emb)`` of ``indices_tuple`` (all positive pairs when ``None``), the first pair of each
 anchor label kept, in PML's order. This is what SFT's joint scoring needs
-(``augment.score: joint``): the generated features are the anchors and the joint batch of
+(``methods.sft.score: joint``): the generated features are the anchors and the joint batch of
 real and generated features holds their positives and the other classes' positives.
 """
 

@@ -9,7 +9,7 @@ Sec. 3.3.2.1, ProxyNCA++: "We set its temperature parameter to 0.1 for all datas
 The other two ingredients of ProxyNCA++ are training settings, not loss settings:
 "fast proxies" are ``train.loss_lr = 100 * train.lr`` (the objective's parameters get
 their own learning rate) and the one-epoch warm-up of the embedding layer is
-``train.warmup_steps`` (see ``configs/proxy_nca_pp.yaml``).
+``methods.warmup.steps`` (see ``configs/proxy_nca_pp.yaml``).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ loss takes ``scale`` (default 9.5, the code's; ``scale=1`` is the text as writte
 Class embeddings. Their dimension is not given in the thesis; the author's code gives
 them the embedding's size (``cfg.model.embedding_head.embedding_size``, 128) and a
 He-normal start. ``ZeroShotPredictionLoss`` takes ``embedding_dim`` (the training method
-passes the model's embedding size unless ``loss.zero_shot_params.embedding_dim`` says
+passes the model's embedding size unless ``methods.zero_shot.params.embedding_dim`` says
 otherwise; the class alone defaults to ``m``) and starts them at ``N(0, 1/k)`` entries,
 about unit norm. The ridge weight defaults to ``eps = 0.05`` (Sec. 5.2.4; the code's
 ``regression_regularizer_weight``). ``(1 - lam) L_DML + lam L_ZS`` (Eq. 5.2.5) is

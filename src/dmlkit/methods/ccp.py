@@ -1,31 +1,32 @@
 """CCP as a training method: proxies, the projection term and alternating projections (Algorithm 1 of the thesis).
 
-``ccp.enabled`` turns it on. The components live in ``dmlkit.proxies``; this method plugs them
+``methods.ccp.enabled`` turns it on (the section is ``CCPConfig``, ``dmlkit.proxies.config``; ``ccp:``
+before issue 31). The components live in ``dmlkit.proxies``; this method plugs them
 into a run through its hooks:
 
 * ``wrap_loss``: the metric loss becomes ``ProxyPairLoss`` against a ``ProxyBank`` (Eq. 3.2.11, data
-  term; ``ccp.proxy_anchor``: the proxies are the anchors);
-* ``terms``: ``batch`` = ``ccp.batch_loss_weight * L(batch, batch)`` (the official code's extra
+  term; ``methods.ccp.proxy_anchor``: the proxies are the anchors);
+* ``terms``: ``batch`` = ``methods.ccp.batch_loss_weight * L(batch, batch)`` (the official code's extra
   batch-pair term, 0.1 there; absent from the thesis text) and ``projection`` =
   ``lam/2 ||theta - theta*||^2`` (Eq. 3.2.11);
-* ``param_groups``: the proxies learn at ``(train.loss_lr or train.lr) * ccp.proxy_lr_mult``, without
+* ``param_groups``: the proxies learn at ``(train.loss_lr or train.lr) * methods.ccp.proxy_lr_mult``, without
   weight decay (``ProxyBank.no_weight_decay``);
-* ``ProjectionStopping`` (``stopper``): two early stoppings. A projection ends after ``ccp.patience``
+* ``ProjectionStopping`` (``stopper``): two early stoppings. A projection ends after ``methods.ccp.patience``
   validations without improving *that projection's* best score (thesis Sec. 3.2.4: patience 3 on
   validation MAP@R); the run ends after ``train.patience`` validations without improving *the run's*
   best score, counted across projections (thesis Sec. 3.3.2.1: 60 / 15 / 40 by protocol; the
   official code's ``training.early_stopping_patience``), or at ``train.max_steps``.
-  ``ccp.max_projections`` caps the projections: the last one is not ended by ``ccp.patience``
+  ``methods.ccp.max_projections`` caps the projections: the last one is not ended by ``methods.ccp.patience``
   (so Loss-Proxy, ``max_projections: 1``, stops exactly like its baseline).
 * ``CCPCallback`` (``callbacks``): at every validation that is the running projection's best, keeps
   ``theta`` and the proxies (``remember``). When a projection ends: ``theta* <-`` that best
   ``theta``, ``rho* <-`` those best proxies, and the network trains on from its *current* weights
-  (the official ``AlternatingProjectionCallback``; ``ccp.restore_best: true`` instead rolls the
+  (the official ``AlternatingProjectionCallback``; ``methods.ccp.restore_best: true`` instead rolls the
   network and proxies back to the run's ``best.pt`` first); then a pool
   of ``pool_size`` training samples per class is embedded with the current network and the proxies
   are re-initialised with greedy k-centre picks measured from ``rho*`` in the pool's space
   (Algorithm 2); the proxies' optimiser state is cleared. ``lam`` is
-  ``ccp.first_projection_lambda`` during the first projection (official: 0) and ``ccp.lam`` after.
+  ``methods.ccp.first_projection_lambda`` during the first projection (official: 0) and ``methods.ccp.lam`` after.
   It logs one ``{"split": "ccp", ...}`` record per projection (steps it took, Fig. 3.7b, and the
   covering radius / inter-class distance of the pool, Sec. 3.3.1) and adds a ``ccp`` entry to the
   run summary.
@@ -164,7 +165,7 @@ class CCPCallback(Callback):
         self.cfg, self.bank, self.regularizer, self.max_steps = cfg, bank, regularizer, max_steps
         self.train_set, self.seed, self.batch_size = train_set, seed, batch_size
         self.last_pool: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.panels: list[dict] = []  # ccp.plot: one figure panel per projection end (not kept across a resume)
+        self.panels: list[dict] = []  # methods.ccp.plot: one figure panel per projection end (not kept across a resume)
 
     # ------------------------------------------------------------- hooks
     def on_train_start(self, trainer: TrainerView) -> None:
@@ -299,12 +300,12 @@ class CCPCallback(Callback):
 
 
 class CCP(Method):
-    """Chance-constrained programming (``ccp:`` section; thesis Ch. 3, Algorithm 1)."""
+    """Chance-constrained programming (``methods.ccp`` section; thesis Ch. 3, Algorithm 1)."""
 
     name = "ccp"
 
     def __init__(self, cfg: "ExperimentConfig") -> None:
-        self.cfg: CCPConfig = cfg.ccp
+        self.cfg: CCPConfig = cfg.methods.ccp
         self.batch_size, self.max_steps = cfg.eval.batch_size, cfg.train.max_steps
         self.bank: ProxyBank | None = None
         self.regularizer: ProjectionRegularizer | None = None
@@ -315,15 +316,15 @@ class CCP(Method):
 
     @classmethod
     def from_config(cls, cfg: "ExperimentConfig") -> "CCP | None":
-        return cls(cfg) if cfg.ccp.enabled else None
+        return cls(cfg) if cfg.methods.ccp.active else None
 
     def setup(self, ctx: BuildContext) -> None:
         cfg, counts = self.cfg, ctx.class_counts
         if bool((counts < cfg.proxies_per_class).any()):
             c = int(counts.argmin())
             raise ValueError(
-                f"ccp.proxies_per_class={cfg.proxies_per_class} but training class {c} has only {int(counts[c])} samples; "
-                f"the proxies are picked among a class's samples: set ccp.proxies_per_class <= {int(counts.min())}"
+                f"methods.ccp.proxies_per_class={cfg.proxies_per_class} but training class {c} has only {int(counts[c])} samples; "
+                f"the proxies are picked among a class's samples: set methods.ccp.proxies_per_class <= {int(counts.min())}"
             )
         self.ctx = ctx
         self.bank = ProxyBank(ctx.num_classes, cfg.proxies_per_class, ctx.embedding_dim, normalize=cfg.proxy_normalize,
@@ -336,7 +337,7 @@ class CCP(Method):
         return ProxyPairLoss(loss, self.bank, miner, proxy_anchor=self.cfg.proxy_anchor), None
 
     def terms(self, terms: list[ObjectiveTerm]) -> list[ObjectiveTerm]:
-        """``+ w * L(batch, batch)`` (named ``batch``, when ``ccp.batch_loss_weight > 0``) ``+ lam/2 ||theta - theta*||^2``."""
+        """``+ w * L(batch, batch)`` (named ``batch``, when ``methods.ccp.batch_loss_weight > 0``) ``+ lam/2 ||theta - theta*||^2``."""
         w = float(self.cfg.batch_loss_weight)
         batch = [MetricLossTerm(self.loss, self.miner, weight=w, name="batch")] if w > 0 else []
         return [*terms, *batch, ProjectionTerm(self.regularizer)]
@@ -346,7 +347,7 @@ class CCP(Method):
         return [{"name": f"loss_x{mult:g}", "params": [self.bank.proxies], "lr": (train.loss_lr or train.lr) * mult}]
 
     def stopper(self, train: TrainConfig) -> EarlyStopping:
-        """Projections end on ``ccp.patience``, the run on ``train.patience`` (one object per run)."""
+        """Projections end on ``methods.ccp.patience``, the run on ``train.patience`` (one object per run)."""
         if self._stopper is None:
             self._stopper = ProjectionStopping(patience=train.patience, projection_patience=self.cfg.patience,
                                                max_projections=self.cfg.max_projections)

@@ -1,17 +1,18 @@
 """SFT as a training method: the loss on the generated batch as its own objective term (Eq. 10 of the SFT paper).
 
-``augment:`` in the config turns it on (``augment.name``: ``sft``, ``sft_d`` or ``translation``).
+``methods.sft`` in the config turns it on (``methods.sft.name``: ``sft``, ``sft_d`` or ``translation``;
+the section is ``SFTConfig``, ``dmlkit.augment.sft_config``, and was ``augment:`` before issue 31).
 The objective then has two named terms, logged apart as ``loss/real`` and ``loss/generated``:
 
     real:       J(X, Y)                                                  (the run's metric term, renamed)
     generated:  lam * J(X_gen, Y_gen)                                    (Eq. 10, second summand)
 
 ``(X_gen, Y_gen)`` comes from :class:`~dmlkit.augment.feature_generator.FeatureGenerator`, built
-from the ``augment:`` section by :func:`~dmlkit.augment.config.build_feature_generator` (Algorithm 1,
+from the ``methods.sft`` section by :meth:`FeatureGenerator.from_config` (Algorithm 1,
 lines 5-6: targets by the scheme and target policy of Sec. 3.5, the transform, the Eq. 9 centre
 update). The generated term scores with the run's final metric loss (so with CCP on, against
 the proxies) and is mined by the run's miner, as the real term is
-(:func:`~dmlkit.augment.generated_score.score_generated`; ``augment.score``: ``separate`` or ``joint``).
+(:func:`~dmlkit.augment.generated_score.score_generated`; ``methods.sft.score``: ``separate`` or ``joint``).
 
 Besides the two losses, every logged training step of ``metrics.jsonl`` holds what the generated
 term saw (``sft/generated``: its size, ``sft/generated_positive_pairs``,
@@ -19,7 +20,7 @@ term saw (``sft/generated``: its size, ``sft/generated_positive_pairs``,
 centre lag ``sft/center_cosine`` (mean cosine between the class centres before the step's update
 and the batch's class means).
 
-``augment.init_centers: data`` (:class:`CenterInit`, the method's ``on_train_start`` callback): before
+``methods.sft.init_centers: data`` (:class:`CenterInit`, the method's ``on_train_start`` callback): before
 the first training step, every class centre is set to the mean of its training images (the training
 split without its augmentation) under the initial network, in eval mode and without gradient, in
 the space the centres live in (``FeatureGenerator.transform_space`` of the network's output: the
@@ -30,7 +31,7 @@ all-reduced, so every process ends with the same centres. A resumed run keeps th
 centres. The pass is logged as a ``{"split": "sft", "step": 0, "sft/center_init_seconds": ...}``
 record of ``metrics.jsonl``.
 
-SFT-d is used before normalisation (``augment.normalize_input: true`` with
+SFT-d is used before normalisation (``methods.sft.normalize_input: true`` with
 ``model.normalize: none``): the real term's loss then L2-normalises its input, the centres and
 the translation live in the unnormalised space, and the run is evaluated on the L2-normalised
 embedding, the one the loss compared (``eval_model``).
@@ -48,9 +49,9 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
 
 from dmlkit.augment.centers import class_sums
-from dmlkit.augment.config import AugmentConfig, build_feature_generator
 from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.augment.generated_score import GeneratedBatchStats, score_generated
+from dmlkit.augment.sft_config import SFTConfig
 from dmlkit.distributed import shard_indices
 from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.engine.objective import ObjectiveTerm
@@ -147,7 +148,7 @@ class SFTStats(Callback):
 
 
 class CenterInit(Callback):
-    """``augment.init_centers: data``: before the first step, each class centre <- the mean of its training images.
+    """``methods.sft.init_centers: data``: before the first step, each class centre <- the mean of its training images.
 
     The means are taken under the network as training starts (eval mode, no gradient, batches of
     ``batch_size``), in the centres' space (``generator.transform_space`` of the network's output),
@@ -203,15 +204,15 @@ class CenterInit(Callback):
 
 
 class SFT(Method):
-    """Feature augmentation of the SFT paper (``augment:`` section)."""
+    """Feature augmentation of the SFT paper (``methods.sft`` section)."""
 
     name = "sft"
 
     def __init__(self, cfg: "ExperimentConfig") -> None:
-        self.cfg: AugmentConfig = cfg.augment
+        self.cfg: SFTConfig = cfg.methods.sft
         if self.cfg.normalize_input and cfg.model.normalize != "none":
             raise ValueError(
-                "augment.normalize_input needs pre-normalisation embeddings: set model.normalize: none "
+                "methods.sft.normalize_input needs pre-normalisation embeddings: set model.normalize: none "
                 "(the augmenter then normalises them itself for the loss)"
             )
         self.generator: FeatureGenerator | None = None
@@ -221,10 +222,10 @@ class SFT(Method):
 
     @classmethod
     def from_config(cls, cfg: "ExperimentConfig") -> "SFT | None":
-        return cls(cfg) if cfg.augment.name is not None else None
+        return cls(cfg) if cfg.methods.sft.active else None
 
     def setup(self, ctx: BuildContext) -> None:
-        self.generator = build_feature_generator(self.cfg, ctx.num_classes, ctx.embedding_dim, ctx.class_counts, ctx.seed)
+        self.generator = FeatureGenerator.from_config(self.cfg, ctx.num_classes, ctx.embedding_dim, ctx.class_counts, ctx.seed)
         if self.cfg.init_centers == "data":
             self.center_init = CenterInit(self.generator, ctx.train_set, self.eval_batch_size, self.num_workers)
 

@@ -1,8 +1,8 @@
-"""Warm-up of the embedding layer: for the first ``train.warmup_steps`` steps only the head and the
+"""Warm-up of the embedding layer: for the first ``methods.warmup.steps`` steps only the head and the
 objective's parameters (proxies) learn; the backbone's learning rate is 0.
 
 The proxy-based baselines of the thesis (ProxyAnchor, ProxyNCA++, SoftTriple; Sec. 3.3.2.1)
-"perform 1 epoch warm-up training of the embedding layer"; set ``train.warmup_steps`` to the
+"perform 1 epoch warm-up training of the embedding layer"; set ``methods.warmup.steps`` to the
 steps of one epoch (``len(train) // batch_size``) for that.  Implemented as a learning rate of 0
 for the ``body`` parameter group (the backbone; the new layers on top of it -- 1x1 local projection, pooling,
 head -- learn at ``train.head_lr`` in the ``head`` group), restored to ``train.lr`` when the
@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.methods.base import Method
-from dmlkit.validation import is_int
 
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
@@ -45,20 +44,16 @@ class HeadWarmup(Callback):
 
 
 class Warmup(Method):
-    """``train.warmup_steps > 0``: only the head and the objective learn for that many steps."""
+    """``methods.warmup.steps > 0``: only the head and the objective learn for that many steps."""
 
     name = "warmup"
 
     def __init__(self, cfg: "ExperimentConfig") -> None:
-        steps = cfg.train.warmup_steps
-        if not is_int(steps) or steps < 0:
-            raise ValueError(f"train.warmup_steps must be an int >= 0 (steps training only the head), got {steps!r}")
-        self.steps, self.body_lr = steps, cfg.train.lr
+        self.steps, self.body_lr = cfg.methods.warmup.steps, cfg.train.lr  # steps checked by WarmupConfig
 
     @classmethod
     def from_config(cls, cfg: "ExperimentConfig") -> "Warmup | None":
-        method = cls(cfg)
-        return method if method.steps else None
+        return cls(cfg) if cfg.methods.warmup.active else None
 
     def callbacks(self) -> list[Callback]:
         return [HeadWarmup(self.steps, self.body_lr)]

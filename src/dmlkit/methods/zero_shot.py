@@ -1,8 +1,9 @@
 """GSP's zero-shot prediction loss as a training method: the mixing of Eq. 5.2.5 of the thesis.
 
-``loss.zero_shot_weight = lam > 0`` turns it on (with ``model.pooling: gsp``). The objective
+``methods.zero_shot.weight = lam > 0`` turns it on (with ``model.pooling: gsp``; the section is
+``ZeroShotConfig``, ``methods/zero_shot_config.py``). The objective
 becomes ``(1 - lam) L_DML + lam L_ZS``: every metric-loss term is scaled by ``1 - lam`` and
-``ZeroShotTerm`` adds ``lam * L_ZS`` (Eq. 5.2.4 of ``ZeroShotPredictionLoss``). ``loss.zero_shot_params``:
+``ZeroShotTerm`` adds ``lam * L_ZS`` (Eq. 5.2.4 of ``ZeroShotPredictionLoss``). ``methods.zero_shot.params``:
 ``ridge`` (eps of P3, 0.05), ``scale`` (of the logits, 9.5 as the author's code; 1 = the text as
 written) and ``embedding_dim`` (of the class embeddings; default the model's embedding size, as
 the author's code). Its ``encode``
@@ -57,27 +58,20 @@ class ZeroShot(Method):
 
     name = "zero_shot"
     forward_methods = ("encode",)
-    _PARAMS = ("ridge", "embedding_dim", "scale")
-
     def __init__(self, cfg: "ExperimentConfig") -> None:
-        weight, params = cfg.loss.zero_shot_weight, dict(cfg.loss.zero_shot_params)
-        if not 0.0 < weight < 1.0:
-            raise ValueError(f"loss.zero_shot_weight must lie in (0, 1) (lam of Eq. 5.2.5; 0 leaves the method off), got {weight}")
-        unknown = sorted(set(params) - set(self._PARAMS))
-        if unknown:
-            raise ValueError(f"unknown loss.zero_shot_params {unknown}; valid keys are: {', '.join(self._PARAMS)}")
-        self.weight, self.params = float(weight), params
+        section = cfg.methods.zero_shot  # checked when the config was read (ZeroShotConfig)
+        self.weight, self.params = float(section.weight), dict(section.params)
         self.term: ZeroShotTerm | None = None
 
     @classmethod
     def from_config(cls, cfg: "ExperimentConfig") -> "ZeroShot | None":
-        return cls(cfg) if cfg.loss.zero_shot_weight != 0 else None
+        return cls(cfg) if cfg.methods.zero_shot.active else None
 
     def setup(self, ctx: BuildContext) -> None:
         pooling = getattr(ctx.model, "pooling", None)
         if not hasattr(pooling, "forward_with_plan"):
             raise ValueError(
-                f"loss.zero_shot_weight > 0 needs a pooling with a transport plan (model.pooling: gsp), "
+                f"methods.zero_shot.weight > 0 needs a pooling with a transport plan (model.pooling: gsp), "
                 f"got {type(pooling).__name__}"
             )
         m, mu = getattr(pooling, "num_prototypes", None), getattr(pooling, "mu", None)

@@ -1,6 +1,6 @@
 """Parameter sweeps: a grid of config overrides per config, repeated over seeds, tabulated and plotted.
 
-``dmlkit sweep holdout CONFIG... --grid ccp.proxies_per_class=1,2,4 --grid ccp.pool_size=4,6,8`` trains one
+``dmlkit sweep holdout CONFIG... --grid methods.ccp.proxies_per_class=1,2,4 --grid methods.ccp.pool_size=4,6,8`` trains one
 run per config, grid point and seed (the thesis' Fig. 3.6 proxies x pool ablation, Fig. 3.8 batch sizes,
 Fig. 5.8 effect of mu, ...). Each grid point is its own experiment, named
 ``<config name>__<key><value>...`` (last component of each key), so its runs resume and are reused
@@ -35,7 +35,7 @@ def parse_grid(specs: Sequence[str]) -> dict[str, list[str]]:
         key, sep, values = spec.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValueError(f"grid '{spec}' must be KEY=V1,V2,... (e.g. ccp.pool_size=4,6,8)")
+            raise ValueError(f"grid '{spec}' must be KEY=V1,V2,... (e.g. methods.ccp.pool_size=4,6,8)")
         if key in grid:
             raise ValueError(f"grid key '{key}' is given twice; list all its values once: {key}=V1,V2,...")
         items = [v.strip() for v in values.split(",")]

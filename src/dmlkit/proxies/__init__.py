@@ -4,7 +4,7 @@
 * ``ProxyBank`` (k trainable proxies per class) and ``ProxyPairLoss`` (any pair loss against
   the proxies, Eq. 3.2.11);
 * ``ProjectionRegularizer`` (``lam/2 ||theta - theta*||^2``, Eq. 3.2.10-3.2.11);
-* ``CCPConfig`` (the ``ccp:`` config section);
+* ``CCPConfig`` (the ``methods.ccp`` config section);
 * ``covering_radius`` / ``inter_class_distance`` (Sec. 3.3.1).
 
 The alternation of Algorithm 1 (early stopping per projection, roll-forward of

@@ -152,7 +152,7 @@ class ProxyBank(nn.Module):
             c = int(short[0])
             raise ValueError(
                 f"class {c} has {int(counts[c])} samples in the pool but {self.proxies_per_class} proxies per class "
-                "are asked for; lower ccp.proxies_per_class (or ccp.pool_size must cover it: each class needs at "
+                "are asked for; lower methods.ccp.proxies_per_class (or methods.ccp.pool_size must cover it: each class needs at "
                 "least proxies_per_class training samples)"
             )
         rho = self.in_pool_space(initial).to(pool) if from_current else None

@@ -1,4 +1,4 @@
-"""The CCP section of an experiment config (``ccp:`` in YAML).
+"""CCP's settings: the ``methods.ccp`` section of an experiment config (``ccp:`` before issue 31).
 
 The training method that reads it (proxy loss, projection term, alternation of Algorithm 1)
 is ``dmlkit.methods.ccp``.
@@ -30,7 +30,7 @@ class CCPConfig:
             thesis: 12, resp. 7); ``pool_size == proxies_per_class`` is random selection.
         lam: ``lambda`` of the projection term ``lam/2 ||theta - theta*||^2`` (Eq. 3.2.11; thesis 2e-4).
         patience: validations without improving the projection's own best that end one projection
-            (thesis Sec. 3.2.4: 3; official ``ccp.early_stopping_patience = 3``). The run itself ends on
+            (thesis Sec. 3.2.4: 3; official code's ``ccp.early_stopping_patience = 3``). The run itself ends on
             ``train.patience`` validations without improving the run's best (counted across
             projections), on ``max_projections`` or on ``train.max_steps``.
         max_projections: at most this many projections; the last one is not ended by ``patience``
@@ -74,16 +74,21 @@ class CCPConfig:
     proxy_anchor: bool = False
     plot: bool = False
 
+    @property
+    def active(self) -> bool:
+        """CCP is on (the one rule: ``dmlkit.methods.ccp`` and ``config_differences`` read it)."""
+        return self.enabled
+
     def __post_init__(self) -> None:
         for key in ("enabled", "from_current", "plot", "restore_best", "proxy_anchor"):
             if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"ccp.{key} must be true or false, got {getattr(self, key)!r}")
+                raise ValueError(f"methods.ccp.{key} must be true or false, got {getattr(self, key)!r}")
         for key in ("proxies_per_class", "pool_size", "patience"):
             if not _positive_int(getattr(self, key)):
-                raise ValueError(f"ccp.{key} must be a positive int, got {getattr(self, key)!r}")
+                raise ValueError(f"methods.ccp.{key} must be a positive int, got {getattr(self, key)!r}")
         if self.pool_size < self.proxies_per_class:
             raise ValueError(
-                f"ccp.pool_size ({self.pool_size}) must be >= ccp.proxies_per_class ({self.proxies_per_class}): "
+                f"methods.ccp.pool_size ({self.pool_size}) must be >= methods.ccp.proxies_per_class ({self.proxies_per_class}): "
                 "the k-centre picks the proxies among pool_size samples per class; raise pool_size "
                 "(pool_size == proxies_per_class is random selection)"
             )
@@ -91,11 +96,11 @@ class CCPConfig:
                           ("batch_loss_weight", "official 0.1, thesis text 0")):
             value = getattr(self, key)
             if not is_real(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"ccp.{key} must be a finite number >= 0 ({hint}), got {value!r}")
+                raise ValueError(f"methods.ccp.{key} must be a finite number >= 0 ({hint}), got {value!r}")
         if self.max_projections is not None and not _positive_int(self.max_projections):
-            raise ValueError(f"ccp.max_projections must be a positive int or null, got {self.max_projections!r}")
+            raise ValueError(f"methods.ccp.max_projections must be a positive int or null, got {self.max_projections!r}")
         mult = self.proxy_lr_mult
         if not is_real(mult) or not math.isfinite(mult) or mult <= 0:
-            raise ValueError(f"ccp.proxy_lr_mult must be a finite number > 0, got {mult!r}")
+            raise ValueError(f"methods.ccp.proxy_lr_mult must be a finite number > 0, got {mult!r}")
         if self.proxy_normalize not in NORMALIZATIONS:
-            raise ValueError(f"ccp.proxy_normalize must be one of {NORMALIZATIONS}, got {self.proxy_normalize!r}")
+            raise ValueError(f"methods.ccp.proxy_normalize must be one of {NORMALIZATIONS}, got {self.proxy_normalize!r}")

@@ -6,7 +6,7 @@
 * ``geometry``: :func:`dmlkit.evaluation.geometry.geometry_report` of the split's
   embeddings (r_w of Eq. 8, divergences of Eq. 11, ``||A sigma - sigma||``, spectra), in the
   space the loss compared (``LoadedRun.features``: for SFT-d, ``model.normalize: none`` with
-  ``augment.normalize_input``, the L2-normalised embedding, not the raw head output);
+  ``methods.sft.normalize_input``, the L2-normalised embedding, not the raw head output);
 * ``metric_bounds`` (only for a classifier loss with a metric criterion, ce_weak /
   ce_metric): Lemmas 3-4 of seed 002 on the *training* images (un-augmented), where
   ``eps`` is the sup of the training loss, with the classifier applied to the features the loss

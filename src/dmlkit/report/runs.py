@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from dmlkit.config_migration import migrate_values
 from dmlkit.engine.environment import read_environment
 from dmlkit.engine.run_folder import RunFolder
 
@@ -90,6 +91,7 @@ def load_run(path: str | Path) -> RunRecord:
         raise ValueError(f"'{folder.path}': config.yaml or summary.json could not be parsed ({err})") from err
     if not isinstance(config, dict) or not isinstance(summary, dict):
         raise ValueError(f"'{folder.path}': config.yaml and summary.json must each hold a mapping")
+    config = migrate_values(config, f"in {folder.config}")  # a run saved before methods: compares key by key
     records = []
     for number, line in enumerate(folder.metrics.read_text().splitlines(), start=1):
         if line.strip():

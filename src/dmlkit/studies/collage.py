@@ -3,7 +3,7 @@
 Each variant is an ordinary ``dmlkit`` training run (``Trainer``) on the glyph
 collages (one foreground glyph + three background glyphs per image; foreground
 and background classes disjoint across train / validation / test), differing
-only in ``model.pooling`` and ``loss.zero_shot_weight``. A variant is a pooling
+only in ``model.pooling`` and ``methods.zero_shot.weight``. A variant is a pooling
 name of ``list_poolings()`` with an optional ``+zs`` suffix (zero-shot loss,
 needs ``gsp``), e.g. ``gap``, ``gsp``, ``gsp+zs``, ``gmp``, ``gem``.
 
@@ -124,7 +124,7 @@ def variant_overrides(variant: str, max_steps: int, val_every: int, seed: int, p
     elif pooling == "gsp":
         out.append(f"model.pooling_params={{{GSP_PARAMS}}}")
     if extra == "zs":
-        out.append("loss.zero_shot_weight=0.5")
+        out.append("methods.zero_shot.weight=0.5")
     return out
 
 

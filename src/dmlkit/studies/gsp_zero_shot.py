@@ -59,7 +59,7 @@ def run_study(
             raise ValueError(f"run '{run}' ended before its k-centre start (its GSP layer still pools with GAP): nothing to evaluate")
         z, emb, labels = attributes_and_embeddings(loaded.model, loaded.split(loaded.cfg.eval.split))
         result = zero_shot_attribute_eval(z, emb, labels, repeats, classes_per_repeat, generator=torch.Generator().manual_seed(seed))
-        rows.append({"run": str(run), "zero_shot_weight": loaded.cfg.loss.zero_shot_weight, **result})
+        rows.append({"run": str(run), "zero_shot_weight": loaded.cfg.methods.zero_shot.weight, **result})
     table = markdown_grid(
         ["run", "lam (L_ZS)", "l2 NN accuracy", "cosine NN accuracy", "chance"],
         [[Path(r["run"]).name, f"{r['zero_shot_weight']:g}", f"{100 * r['l2']:.1f} ± {100 * r['l2_std']:.1f}",
