@@ -52,6 +52,17 @@ def _glyphs_root(tmp_path):
     return None  # embedded: rendered into the shared test cache
 
 
+def _font_glyphs_miniature(tmp_path):
+    """Four faces of matplotlib's fonts instead of the Debian packages', classes of at least 2 images."""
+    from test_font_glyphs import FACES, font_dir
+
+    folder = tmp_path / "fonts"
+    folder.mkdir()
+    for name in FACES:
+        shutil.copy(font_dir() / name, folder / name)
+    return tmp_path / "cache", {"faces": [str(folder / name) for name in FACES], "min_images": 2}
+
+
 def _image_folder_root(tmp_path):
     from test_image_folder import write_tree
 
@@ -63,6 +74,7 @@ MINIATURES = {
     "glyphs": _glyphs_root,
     "glyph_collage": _glyphs_root,  # built from the rendered glyphs, like glyphs itself
     "glyphs_testbed": _glyphs_root,  # the glyph table cut into pretraining and DML classes
+    "font_glyphs": _font_glyphs_miniature,  # returns (root, data.params)
     "image_folder": _image_folder_root,
     **BENCHMARK_MINIATURES,
 }
@@ -71,9 +83,10 @@ MINIATURES = {
 @pytest.mark.parametrize("name", list_datasets())
 def test_every_registered_dataset_follows_the_interface(name, tmp_path):
     assert name in MINIATURES, f"add a miniature copy of dataset '{name}' to MINIATURES"
-    root = MINIATURES[name](tmp_path)
+    made = MINIATURES[name](tmp_path)
+    root, params = made if isinstance(made, tuple) else (made, {})
     for split in dataset_splits(name):
-        ds = create_dataset(name, split, root=root, max_classes=4)
+        ds = create_dataset(name, split, root=root, max_classes=4, **params)
         check_dataset(ds)
         assert ds.num_classes == 4
 

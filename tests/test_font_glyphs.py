@@ -7,6 +7,7 @@ import shutil
 import warnings
 
 import numpy as np
+import torch
 import pytest
 
 from dmlkit.data import create_dataset
@@ -128,3 +129,17 @@ def test_the_install_script_installs_the_font_packages_the_dataset_reads():
     script = (Path(__file__).parents[1] / "scripts" / "install_system_packages.sh").read_text()
     listed = re.search(r'FONT_PACKAGES="([^"]*)"', script).group(1).split()
     assert tuple(listed) == FONT_PACKAGES
+
+
+def test_min_images_is_part_of_the_cache_key_and_decides_the_classes(faces, tmp_path):
+    from dmlkit.data.datasets.font_glyph_cache import font_table_key
+
+    cands = dml_candidates()[:400]
+    assert font_table_key(faces, cands, 32) == font_table_key(faces, cands, 32, min_images=T.MIN_FACE_IMAGES)
+    assert font_table_key(faces, cands, 32, min_images=3) != font_table_key(faces, cands, 32, min_images=2)
+    two = create_dataset("font_glyphs", "dml", root=tmp_path / "a", faces=[str(f) for f in faces], min_images=2)
+    three = create_dataset("font_glyphs", "dml", root=tmp_path / "b", faces=[str(f) for f in faces], min_images=3)
+    assert int(torch.bincount(two.labels).min()) == 2 and int(torch.bincount(three.labels).min()) == 3
+    assert set(three.class_names) < set(two.class_names)
+    with pytest.raises(ValueError, match="min_images must be an int >= 2"):
+        create_dataset("font_glyphs", "dml", root=tmp_path / "c", faces=[str(f) for f in faces], min_images=1)

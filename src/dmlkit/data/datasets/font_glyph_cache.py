@@ -46,30 +46,34 @@ def cached_font_sizes(root: str | Path | None = None) -> list[int]:
     return sorted(int(p.stem.rsplit("-", 1)[-1].removesuffix("px")) for p in files)
 
 
-def font_table_key(faces: Sequence[Path], candidates: Sequence[int], image_size: int) -> str:
+def font_table_key(faces: Sequence[Path], candidates: Sequence[int], image_size: int, min_images: int | None = None) -> str:
     """What a cached table must match to be used (see the module docstring)."""
     cands = hashlib.sha256(",".join(str(int(c)) for c in sorted(candidates)).encode()).hexdigest()[:16]
-    return (f"font_glyphs v{FONT_GLYPHS_VERSION} {font_glyphs_rule()} faces={len(faces)}:{faces_fingerprint(faces)} "
+    return (f"font_glyphs v{FONT_GLYPHS_VERSION} {font_glyphs_rule(min_images)} faces={len(faces)}:{faces_fingerprint(faces)} "
             f"candidates={len(candidates)}:{cands} size={int(image_size)}")
 
 
 def load_font_table(
     faces: Sequence[Path], candidates: Sequence[int], root: str | Path | None = None,
-    image_size: int = REFERENCE_SIZE, force: bool = False,
+    image_size: int = REFERENCE_SIZE, force: bool = False, min_images: int | None = None,
 ) -> GlyphTable:
-    """The table of ``candidates`` in ``faces`` at ``image_size`` px, from the cache or rendered (and cached) now."""
+    """The table of ``candidates`` in ``faces`` at ``image_size`` px, from the cache or rendered (and cached) now;
+    a class keeps at least ``min_images`` distinct images (default ``MIN_FACE_IMAGES``)."""
     if not is_int(image_size) or image_size < 8:
         raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
+    if min_images is not None and (not is_int(min_images) or min_images < 2):
+        raise ValueError(f"min_images must be an int >= 2 (a class needs a positive pair), got {min_images!r}")
     faces = [Path(f) for f in faces]
-    key = font_table_key(faces, candidates, image_size)
+    key = font_table_key(faces, candidates, image_size, min_images)
     path = font_glyphs_cache_path(image_size, root)
     table = None if force else _load(path, key, faces)
     if table is not None:
         return table
     if image_size == REFERENCE_SIZE:
-        table, counts = build_font_table(faces, candidates)
+        table, counts = build_font_table(faces, candidates, min_images)
     else:
-        table = rerender_font_table(load_font_table(faces, candidates, root, REFERENCE_SIZE, force), faces, image_size)
+        reference = load_font_table(faces, candidates, root, REFERENCE_SIZE, force, min_images)
+        table = rerender_font_table(reference, faces, image_size)
         counts = FontTableCounts()
     header = {
         "key": np.array(key), "blank": np.array(counts.blank), "rendered": np.array(counts.rendered),

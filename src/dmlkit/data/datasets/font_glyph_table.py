@@ -38,9 +38,10 @@ __all__ = ["MIN_FACE_IMAGES", "FontTableCounts", "build_font_table", "font_glyph
 MIN_FACE_IMAGES = 10
 
 
-def font_glyphs_rule() -> str:
-    """Everything that decides which classes and images the table holds (part of the cache key)."""
-    return f"cmap;duplicate={DUPLICATE_THRESHOLD};min_images={MIN_FACE_IMAGES}"
+def font_glyphs_rule(min_images: int | None = None) -> str:
+    """Everything that decides which classes and images the table holds (part of the cache key);
+    ``min_images`` defaults to ``MIN_FACE_IMAGES``."""
+    return f"cmap;duplicate={DUPLICATE_THRESHOLD};min_images={MIN_FACE_IMAGES if min_images is None else min_images}"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ hundreds of images each, in faces the pretrained glyph backbones never saw. Buil
   ``dml`` is all three.
 
 Items, augmentation and normalisation are ``GlyphsDataset``'s (``StoredGlyphImages``); ``image_fonts``
-index ``font_names``, the faces (``folder/file``).
+index ``font_names``, the faces (``folder/file``). Parameters beyond the glyph datasets' (``data.params``):
+``faces`` (font files to draw instead of the packages' faces) and ``min_images`` (the least images a class
+keeps, ``MIN_FACE_IMAGES`` by default; part of the cache key).
 """
 
 from __future__ import annotations
@@ -65,13 +67,14 @@ class FontGlyphsDataset(GlyphsDataset):
     def __init__(self, split: str = "train", root: str | Path | None = None, image_size: int = REFERENCE_SIZE,
                  augment: bool = False, seed: int = 0, max_classes: int | None = None,
                  augment_config: GlyphAugmentConfig | None = None, normalize: bool = True,
-                 faces: Sequence[str | Path] | None = None) -> None:
+                 faces: Sequence[str | Path] | None = None, min_images: int | None = None) -> None:
         if split not in self.SPLITS:
             raise ValueError(f"unknown font_glyphs split '{split}'; valid splits are: {', '.join(self.SPLITS)}")
         if faces is not None and (isinstance(faces, (str, Path)) or not faces):
             raise ValueError(f"faces must be a non-empty list of font files (or None for the installed packages), "
                              f"got {faces!r}")
         self.faces = [Path(f) for f in faces] if faces is not None else None
+        self.min_images = min_images
         super().__init__(split, root, image_size, augment, seed, max_classes, augment_config, normalize)
 
     def load_table(self, root: str | Path | None, image_size: int) -> GlyphTable:
@@ -79,7 +82,7 @@ class FontGlyphsDataset(GlyphsDataset):
         missing = [str(f) for f in faces if not f.is_file()]
         if missing:
             raise ValueError(f"font files not found: {missing[:5]}; pass existing .ttf / .otf files as faces")
-        return load_font_table(faces, dml_candidates(), root, image_size)
+        return load_font_table(faces, dml_candidates(), root, image_size, min_images=self.min_images)
 
     @classmethod
     def split_classes(cls, codepoints: np.ndarray, split: str) -> np.ndarray:
