@@ -1,7 +1,6 @@
 """``python -m dmlkit`` runs the command-line tool."""
 
-import sys
+if __name__ == "__main__":
+    from dmlkit.cli.entry import run
 
-from dmlkit.cli import main
-
-sys.exit(main())
+    run()

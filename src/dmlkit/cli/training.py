@@ -96,10 +96,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _close_process_group() -> None:
-    """Shut a finished multi-process run's process group down before the interpreter exits, so the backend's
-    threads are joined while Python still runs, not in the exit-time destructors (a thread still joinable there
-    aborts the process with "terminate called without an active exception", which CI has seen, rarely, under
-    torchrun). Only on success: after a peer's failure the survivors exit with their own error."""
+    """Shut a finished multi-process run's process group down, its resources released while Python still runs
+    (the process then leaves through ``cli.entry``). Only on success: after a peer's failure the survivors exit
+    with their own error."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
