@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -207,7 +208,8 @@ def test_a_config_field_added_since_takes_its_default_and_a_changed_value_is_sta
     old_form["train"]["warmup_steps"] = methods["warmup"]["steps"]
     entry["config"] = yaml.safe_dump(old_form, sort_keys=False)
     torch.save(entry, cache)
-    with pytest.warns(FutureWarning, match="'augment' .* is now 'methods.sft'"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # dmlkit's own record: read as the new keys, silently (no file to rename)
         assert P.read_pretrained(TINY) is not None
 
 

@@ -49,8 +49,10 @@ def _both_given(old: tuple[str, ...], new: tuple[str, ...], source: str) -> Valu
                       f"keep only '{_dotted(new)}'")
 
 
-def migrate_values(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """``values`` (one source's config mapping) with every old key moved to its new key (a copy when any moved)."""
+def migrate_values(values: dict[str, Any], source: str, warn: bool = True) -> dict[str, Any]:
+    """``values`` (one source's config mapping) with every old key moved to its new key (a copy when any moved).
+    ``warn=False`` for a record dmlkit wrote itself and reads back (a pretrained backbone's stored config): the
+    user has no file to rename."""
     moves = [(old, new) for old, new in OLD_KEYS.items() if _lookup(values, old) is not _MISSING]
     if not moves:
         return values
@@ -62,7 +64,8 @@ def migrate_values(values: dict[str, Any], source: str) -> dict[str, Any]:
         _node(result, parents, source).pop(leaf)
         *parents, leaf = new
         _node(result, parents, source)[leaf] = _lookup(values, old)
-        _warn(old, new, source)
+        if warn:
+            _warn(old, new, source)
     return result
 
 

@@ -176,7 +176,7 @@ def config_drift(stored: str, current: ExperimentConfig) -> list[str]:
     (``config_differences``: a field added since takes its default, the options of a method both leave
     off are not compared); a key that today's classes do not know is reported as ``<stored config: ...>``."""
     try:
-        old_cfg = from_dict(ExperimentConfig, migrate_values(yaml.safe_load(stored) or {}, "in the stored config"))
+        old_cfg = from_dict(ExperimentConfig, migrate_values(yaml.safe_load(stored) or {}, "in the stored config", warn=False))
     except (ValueError, TypeError, KeyError) as err:
         return [f"<stored config: {err}>"]
     return config_differences(old_cfg, current)
