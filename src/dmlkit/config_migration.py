@@ -1,4 +1,4 @@
-"""Old keys of the training methods' settings, read as their ``methods:`` keys (issue 31 item 2).
+"""Old keys of the training methods' settings, read as their ``methods:`` keys.
 
 Before the ``methods:`` section a method's settings lived in four places; ``OLD_KEYS`` maps each old key
 (a whole section for ``augment`` and ``ccp``) to its new one. Every source of config values is read through

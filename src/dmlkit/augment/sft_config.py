@@ -1,6 +1,6 @@
 """SFT's settings: the ``methods.sft`` section of an experiment config (``SFTConfig``), checked once here.
 
-The section was ``augment:`` before issue 31 (``dmlkit.config_migration`` maps the old key). Every rule
+Old configs name the section ``augment:`` (``dmlkit.config_migration`` maps the old key). Every rule
 about the values (the names, ranges, and SFT-d needing ``normalize_input``) lives in
 ``SFTConfig.__post_init__``; :class:`~dmlkit.augment.feature_generator.FeatureGenerator` builds an
 ``SFTConfig`` from its arguments, so a generator made without a config is checked by the same rules.

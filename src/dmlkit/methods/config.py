@@ -5,7 +5,7 @@ whether its method is on with one derived property, ``active``: the method's ``f
 then, and ``dmlkit.config.config_differences`` skips the options of a method both configs leave off.
 
 =============  ==========================================  ======================  ==============================
-section        dataclass                                   on when                 before issue 31
+section        dataclass                                   on when                 old key
 =============  ==========================================  ======================  ==============================
 ``sft``        ``dmlkit.augment.sft_config.SFTConfig``     ``name`` is set         ``augment:``
 ``ccp``        ``dmlkit.proxies.config.CCPConfig``         ``enabled``             ``ccp:``

@@ -1,6 +1,6 @@
 """The settings of the head-only warm-up: the ``methods.warmup`` section of an experiment config.
 
-Before issue 31 the one setting was ``train.warmup_steps`` (``dmlkit.config_migration`` maps the old key).
+Old configs name the one setting ``train.warmup_steps`` (``dmlkit.config_migration`` maps the old key).
 The method that reads the section is ``dmlkit.methods.warmup``.
 """
 

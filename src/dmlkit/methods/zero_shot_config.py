@@ -1,6 +1,6 @@
 """The settings of GSP's zero-shot prediction loss: the ``methods.zero_shot`` section of an experiment config.
 
-Before issue 31 they were ``loss.zero_shot_weight`` and ``loss.zero_shot_params`` (``dmlkit.config_migration``
+Old configs name them ``loss.zero_shot_weight`` and ``loss.zero_shot_params`` (``dmlkit.config_migration``
 maps the old keys). The method that reads the section is ``dmlkit.methods.zero_shot``.
 """
 

@@ -1,4 +1,4 @@
-"""CCP's settings: the ``methods.ccp`` section of an experiment config (``ccp:`` before issue 31).
+"""CCP's settings: the ``methods.ccp`` section of an experiment config (``ccp:`` in old configs).
 
 The training method that reads it (proxy loss, projection term, alternation of Algorithm 1)
 is ``dmlkit.methods.ccp``.

@@ -1,6 +1,6 @@
 """``font_glyphs``: the DML-side characters of ``glyphs_testbed`` drawn in hundreds of Debian font faces.
 
-A CUB-shaped set (issue 32): fine-grained classes (letters that differ by a diacritic) with tens to
+A CUB-shaped set: fine-grained classes (letters that differ by a diacritic) with tens to
 hundreds of images each, in faces the pretrained glyph backbones never saw. Built from
 
 - ``font_faces``: the Debian font packages (``FONT_PACKAGES``, installed by
