@@ -11,7 +11,7 @@ from dmlkit.engine.checkpoint import CheckpointError, load_checkpoint
 from dmlkit.assemble import evaluate_run
 from dmlkit.assemble import build_trainer, resume_trainer
 from dmlkit.engine.trainer import NonFiniteLossError
-from tests_helpers import TINY_OVERRIDES
+from tests_helpers import TINY_OVERRIDES, stop_after_validation
 
 TINY = TINY_OVERRIDES
 
@@ -19,16 +19,6 @@ TINY = TINY_OVERRIDES
 def tiny_config(*extra):
     return load_config("configs/quickstart.yaml", TINY + list(extra))
 
-
-class StopAfterValidation(Callback):
-    """Simulates a crash right after the validation (and checkpoint) at ``step``."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def on_validation_end(self, trainer, metrics):
-        if trainer.state.step == self.step:
-            raise KeyboardInterrupt
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +58,7 @@ def test_resume_reaches_the_same_weights_and_metrics(finished_run, tmp_path):
     run_dir, summary = finished_run
     interrupted = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
-        build_trainer(tiny_config(), interrupted, callbacks=[StopAfterValidation(4)], quiet=True).fit()
+        build_trainer(tiny_config(), interrupted, callbacks=[stop_after_validation(4)], quiet=True).fit()
     assert load_checkpoint(interrupted / "last.pt")["loop"]["step"] == 4
     resumed = resume_trainer(interrupted, quiet=True).fit()
     assert resumed["test"] == pytest.approx(summary["test"], abs=1e-6)
@@ -86,7 +76,7 @@ def test_the_run_folder_records_its_environment_and_a_resume_needs_the_same_worl
     assert {"dmlkit", "lightning", "pytorch-metric-learning", "python"} <= set(env["versions"])
     run_dir = tmp_path / "cut"
     with pytest.raises(KeyboardInterrupt):
-        build_trainer(tiny_config(), run_dir, callbacks=[StopAfterValidation(4)], quiet=True).fit()
+        build_trainer(tiny_config(), run_dir, callbacks=[stop_after_validation(4)], quiet=True).fit()
     before = (run_dir / "last.pt").read_bytes()
     (run_dir / "environment.json").write_text(json.dumps({**env, "world_size": 2}))
     with pytest.raises(ValueError, match=r"trained by 2 process\(es\) and this resume has 1.*torchrun --nproc_per_node=2"):
@@ -225,7 +215,7 @@ def test_sft_run_resumes_to_the_same_result(tmp_path):
     sft = ["methods.sft.name=sft", "methods.sft.lam=0.5"]
     full = build_trainer(tiny_config(*sft), tmp_path / "full", quiet=True).fit()
     with pytest.raises(KeyboardInterrupt):
-        build_trainer(tiny_config(*sft), tmp_path / "cut", callbacks=[StopAfterValidation(4)], quiet=True).fit()
+        build_trainer(tiny_config(*sft), tmp_path / "cut", callbacks=[stop_after_validation(4)], quiet=True).fit()
     resumed = resume_trainer(tmp_path / "cut", quiet=True).fit()
     assert resumed["test"] == pytest.approx(full["test"], abs=1e-6)
     a = load_checkpoint(tmp_path / "full" / "last.pt")["objective"]

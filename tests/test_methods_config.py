@@ -10,11 +10,10 @@ import yaml
 from dmlkit.assemble import build_trainer, evaluate_run, resume_trainer
 from dmlkit.config import config_differences, dump_config, load_config, to_dict
 from dmlkit.config_migration import OLD_KEYS
-from dmlkit.engine.callbacks import Callback
 from dmlkit.methods import METHODS
 from dmlkit.methods.config import MethodsConfig
 from dmlkit.report import load_run
-from tests_helpers import TINY_OVERRIDES
+from tests_helpers import TINY_OVERRIDES, stop_after_validation
 
 NEW_FORM = """
 name: all_methods
@@ -147,14 +146,6 @@ def test_the_sections_check_their_values_once_with_the_new_key_in_the_message():
     assert MethodsConfig().enabled_sections() == []
 
 
-class StopAfterValidation(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_validation_end(self, trainer, metrics):
-        if trainer.state.step == self.step:
-            raise KeyboardInterrupt
-
 
 def _old_form(values):
     """A resolved config dict as a run folder saved it before ``methods:`` existed."""
@@ -171,7 +162,7 @@ def test_an_old_run_folder_resumes_evaluates_and_reports(tmp_path):
         "plots=false", "eval.clustering=false", "methods.sft.name=sft", "methods.warmup.steps=2"])
     run_dir = tmp_path / "old_run"
     with pytest.raises(KeyboardInterrupt):
-        build_trainer(cfg, run_dir, callbacks=[StopAfterValidation(4)], quiet=True).fit()
+        build_trainer(cfg, run_dir, callbacks=[stop_after_validation(4)], quiet=True).fit()
     (run_dir / "config.yaml").write_text(yaml.safe_dump(_old_form(yaml.safe_load(dump_config(cfg))), sort_keys=False))
     saved, messages = _load_warned(run_dir / "config.yaml")
     assert saved == cfg

@@ -24,7 +24,7 @@ from dmlkit.config import load_config
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.checkpoint import load_checkpoint
 from dmlkit.methods.sft import SFT, CenterInit, SFTStats
-from tests_helpers import TINY_OVERRIDES
+from tests_helpers import TINY_OVERRIDES, stop_after_validation
 
 NUM_CLASSES, IN_DIM, DIM = 6, 5, 4  # class 5 has no image: it keeps no centre
 
@@ -214,14 +214,6 @@ class CentresAtStart(Callback):
             self.expected = (sums / counts[:, None]).float()
 
 
-class StopAfterValidation(Callback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_validation_end(self, trainer, metrics):
-        if trainer.state.step == self.step:
-            raise KeyboardInterrupt
-
 
 def records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -231,7 +223,7 @@ def test_a_run_starts_from_the_data_centres_and_its_resume_keeps_the_checkpoints
     cfg = load_config("configs/quickstart.yaml", QUICK + ["methods.sft.init_centers=data"])
     first = CentresAtStart()
     with pytest.raises(KeyboardInterrupt):
-        build_trainer(cfg, tmp_path / "cut", callbacks=[first, StopAfterValidation(4)], quiet=True).fit()
+        build_trainer(cfg, tmp_path / "cut", callbacks=[first, stop_after_validation(4)], quiet=True).fit()
     assert first.initialized.all()  # every training class has a centre before the first step
     torch.testing.assert_close(first.centers, first.expected, rtol=0, atol=1e-5)
     logged = records(tmp_path / "cut")

@@ -30,3 +30,15 @@ def torchrun(args, env_extra=None, timeout=300):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "dmlkit", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def stop_after_validation(step):
+    """A trainer callback that simulates a crash right after the validation (and checkpoint) at ``step``."""
+    from dmlkit.engine.callbacks import Callback
+
+    class StopAfterValidation(Callback):
+        def on_validation_end(self, trainer, metrics):
+            if trainer.state.step == step:
+                raise KeyboardInterrupt
+
+    return StopAfterValidation()
