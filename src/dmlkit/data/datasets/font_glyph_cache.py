@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dmlkit.data.cache import dataset_dir, save_npz_atomic
+from dmlkit.data.cache import save_npz_atomic
 from dmlkit.data.datasets.font_faces import face_name, faces_fingerprint
 from dmlkit.data.datasets.font_glyph_table import (
     FontTableCounts,
@@ -25,7 +25,7 @@ from dmlkit.data.datasets.font_glyph_table import (
     font_glyphs_rule,
     rerender_font_table,
 )
-from dmlkit.data.datasets.glyph_cache import read_table, table_arrays
+from dmlkit.data.datasets.glyph_cache import cached_table_sizes, read_table, table_arrays, table_cache_path
 from dmlkit.data.datasets.glyph_select import REFERENCE_SIZE
 from dmlkit.data.datasets.glyph_table import GlyphTable
 from dmlkit.validation import is_int
@@ -37,13 +37,12 @@ FONT_GLYPHS_VERSION = "1"
 
 def font_glyphs_cache_path(image_size: int = REFERENCE_SIZE, root: str | Path | None = None) -> Path:
     """Where the table of ``image_size`` px lies: ``<root>/font_glyphs-v<version>-<size>px.npz``."""
-    return dataset_dir("font_glyphs", root) / f"font_glyphs-v{FONT_GLYPHS_VERSION}-{int(image_size)}px.npz"
+    return table_cache_path("font_glyphs", FONT_GLYPHS_VERSION, image_size, root)
 
 
 def cached_font_sizes(root: str | Path | None = None) -> list[int]:
     """The image sizes (ascending) whose tables of this version lie in the cache folder."""
-    files = dataset_dir("font_glyphs", root).glob(f"font_glyphs-v{FONT_GLYPHS_VERSION}-*px.npz")
-    return sorted(int(p.stem.rsplit("-", 1)[-1].removesuffix("px")) for p in files)
+    return cached_table_sizes("font_glyphs", FONT_GLYPHS_VERSION, root)
 
 
 def font_table_key(faces: Sequence[Path], candidates: Sequence[int], image_size: int, min_images: int | None = None) -> str:

@@ -23,7 +23,8 @@ from dmlkit.data.datasets.glyph_table import GlyphTable, build_glyph_table
 from dmlkit.validation import is_int
 
 __all__ = [
-    "GLYPHS_VERSION", "cached_sizes", "glyphs_cache_path", "load_glyph_table", "prepare_glyphs", "read_table",
+    "GLYPHS_VERSION", "cached_sizes", "cached_table_sizes", "glyphs_cache_path", "load_glyph_table", "prepare_glyphs",
+    "read_table", "table_cache_path",
     "table_arrays",
 ]
 
@@ -32,15 +33,25 @@ __all__ = [
 GLYPHS_VERSION = "2"
 
 
+def table_cache_path(name: str, version: str, image_size: int, root: str | Path | None = None) -> Path:
+    """Where dataset ``name``'s table of ``image_size`` px lies: ``<root>/<name>-v<version>-<size>px.npz``."""
+    return dataset_dir(name, root) / f"{name}-v{version}-{int(image_size)}px.npz"
+
+
+def cached_table_sizes(name: str, version: str, root: str | Path | None = None) -> list[int]:
+    """The image sizes (ascending) whose tables of dataset ``name`` at ``version`` lie in its cache folder."""
+    files = dataset_dir(name, root).glob(f"{name}-v{version}-*px.npz")
+    return sorted(int(p.stem.rsplit("-", 1)[-1].removesuffix("px")) for p in files)
+
+
 def glyphs_cache_path(image_size: int = REFERENCE_SIZE, root: str | Path | None = None) -> Path:
     """Where the table of ``image_size`` px lies: ``<root>/glyphs-v<version>-<size>px.npz``."""
-    return dataset_dir("glyphs", root) / f"glyphs-v{GLYPHS_VERSION}-{int(image_size)}px.npz"
+    return table_cache_path("glyphs", GLYPHS_VERSION, image_size, root)
 
 
 def cached_sizes(root: str | Path | None = None) -> list[int]:
     """The image sizes (ascending) whose tables of this version lie in the cache folder."""
-    files = dataset_dir("glyphs", root).glob(f"glyphs-v{GLYPHS_VERSION}-*px.npz")
-    return sorted(int(p.stem.rsplit("-", 1)[-1].removesuffix("px")) for p in files)
+    return cached_table_sizes("glyphs", GLYPHS_VERSION, root)
 
 
 def load_glyph_table(root: str | Path | None = None, image_size: int = REFERENCE_SIZE, force: bool = False) -> GlyphTable:
