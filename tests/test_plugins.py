@@ -58,14 +58,21 @@ def dmlkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
-def test_a_plugin_file_trains_from_the_cli_and_its_run_is_used_from_another_folder(tmp_path):
+def _toy_project(tmp_path: Path, max_steps: int, imports: str = "") -> Path:
+    """A user's project folder: the plug-in file and a config ``toy.yaml`` training the toy dataset and loss."""
     project = tmp_path / "project"
     (project / "plugins").mkdir(parents=True)
     (project / "plugins" / "toy.py").write_text(PLUGIN)
     (project / "toy.yaml").write_text(
-        f"base: {ROOT / 'configs/quickstart.yaml'}\nname: toy\ndata: {{name: blobs, image_size: 16, val_fraction: 0, "
-        "augment: false}\nloss: {name: toy_contrastive, miner: null}\ntrain: {max_steps: 2, val_every: 2, batch_size: 8, "
-        "m_per_class: 2}\nmodel: {embedding_dim: 8}\neval: {clustering: false}\nplots: false\n")
+        f"base: {ROOT / 'configs/quickstart.yaml'}\nname: toy\n{imports}data: {{name: blobs, image_size: 16, "
+        "val_fraction: 0, augment: false}\nloss: {name: toy_contrastive, miner: null}\ntrain: "
+        f"{{max_steps: {max_steps}, val_every: 2, batch_size: 8, m_per_class: 2}}\nmodel: {{embedding_dim: 8}}\n"
+        "eval: {clustering: false}\nplots: false\n")
+    return project
+
+
+def test_a_plugin_file_trains_from_the_cli_and_its_run_is_used_from_another_folder(tmp_path):
+    project = _toy_project(tmp_path, max_steps=2)
     refused = dmlkit("train", "toy.yaml", "--run-dir", "runs/toy", "--quiet", cwd=project)
     assert refused.returncode == 2 and "unknown" in refused.stderr and "blobs" in refused.stderr
     done = dmlkit("train", "toy.yaml", "--import", "plugins/toy.py", "--run-dir", "runs/toy", "--quiet", cwd=project)
@@ -110,14 +117,7 @@ def test_an_installed_package_declares_its_components_as_entry_points(tmp_path):
 
 
 def test_a_plugin_run_stopped_mid_way_resumes_and_exports_from_another_folder(tmp_path):
-    project = tmp_path / "project"
-    (project / "plugins").mkdir(parents=True)
-    (project / "plugins" / "toy.py").write_text(PLUGIN)
-    (project / "toy.yaml").write_text(
-        f"base: {ROOT / 'configs/quickstart.yaml'}\nname: toy\nimports: [plugins/toy.py]\ndata: {{name: blobs, "
-        "image_size: 16, val_fraction: 0, augment: false}\nloss: {name: toy_contrastive, miner: null}\ntrain: "
-        "{max_steps: 4, val_every: 2, batch_size: 8, m_per_class: 2}\nmodel: {embedding_dim: 8}\neval: "
-        "{clustering: false}\nplots: false\n")
+    project = _toy_project(tmp_path, max_steps=4, imports="imports: [plugins/toy.py]\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DMLKIT_FAULT": "step:3"}
     killed = subprocess.run([sys.executable, "-m", "dmlkit", "train", "toy.yaml", "--run-dir", "runs/toy", "--quiet"],
                             cwd=project, env=env, capture_output=True, text=True, timeout=600)
