@@ -73,10 +73,37 @@ def test_exponent_without_dot_is_a_float():
         load_config(None, ["train.lr=fast"])
 
 
-@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path("configs").rglob("*.yaml")), ids=lambda p: str(p))
+SHIPPED = sorted(__import__("pathlib").Path("configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if not p.name.startswith("_")], ids=lambda p: str(p))
 def test_every_shipped_config_loads(path):
     cfg = load_config(path)
     assert cfg.name == path.stem
+
+
+@pytest.mark.parametrize("path", [p for p in SHIPPED if p.name.startswith("_")], ids=lambda p: str(p))
+def test_shipped_fragments_name_no_run(path):
+    """A ``_*.yaml`` file is a fragment for ``base:`` lists: it must not set the name of the configs it ends."""
+    assert "name" not in __import__("yaml").safe_load(path.read_text())
+
+
+def test_a_list_of_bases_merges_in_order_then_the_file(tmp_path):
+    (tmp_path / "method.yaml").write_text("name: m\nloss:\n  name: triplet_margin\ntrain:\n  lr: 0.5\n  batch_size: 32\n")
+    (tmp_path / "_regime.yaml").write_text("train:\n  lr: 0.125\n  max_steps: 9\n")
+    (tmp_path / "v.yaml").write_text("base: [method.yaml, _regime.yaml]\nname: v\ntrain:\n  max_steps: 11\n")
+    cfg = load_config(tmp_path / "v.yaml")
+    assert (cfg.name, cfg.loss.name, cfg.train.lr, cfg.train.batch_size, cfg.train.max_steps) == (
+        "v", "triplet_margin", 0.125, 32, 11)
+    (tmp_path / "w.yaml").write_text("base: [_regime.yaml, method.yaml]\nname: w\n")
+    assert load_config(tmp_path / "w.yaml").train.lr == 0.5  # the later base wins
+    (tmp_path / "x.yaml").write_text("base: [method.yaml, x.yaml]\nname: x\n")
+    with pytest.raises(ValueError, match="cycle"):
+        load_config(tmp_path / "x.yaml")
+    for bad in ("[]", "[method.yaml, 3]", "7"):
+        (tmp_path / "y.yaml").write_text(f"base: {bad}\nname: y\n")
+        with pytest.raises(ValueError, match="non-empty list of such paths"):
+            load_config(tmp_path / "y.yaml")
 
 
 def test_base_configs_merge_and_cycles_are_reported(tmp_path):

@@ -174,6 +174,8 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
 
     ``base: other.yaml`` (a path relative to the file) loads that config first and
     merges this file's values over it, so a variant states only what differs.
+    ``base: [a.yaml, b.yaml]`` merges the bases in order (b's values over a's), then the file's: a method's
+    variant on another regime is ``base: [../testbed/testbed_sft.yaml, font_testbed.yaml]``.
     """
     path = Path(path)
     if not path.is_file():
@@ -183,15 +185,26 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
     if not isinstance(values, dict):
         raise ValueError(f"config file '{path}' must hold a mapping of sections at its top level")
     values = migrate_values(values, f"in {path}")  # each file of a base: chain on its own
-    base = values.pop("base", None)
+    merged: dict[str, Any] = {}
+    for base_path in _base_paths(path, values.pop("base", None), _seen):
+        merged = merge(merged, read_config_file(base_path, (*_seen, path.resolve())))
+    return merge(merged, values)
+
+
+def _base_paths(path: Path, base: Any, seen: tuple[Path, ...]) -> list[Path]:
+    """The resolved files of ``path``'s ``base:`` value (none, a path, or a list of paths), cycles refused."""
     if base is None:
-        return values
-    if not isinstance(base, str):
-        raise ValueError(f"'base' in '{path}' must be a path to another config YAML, got {base!r}")
-    base_path = (path.parent / base).resolve()
-    if base_path in _seen or base_path == path.resolve():
-        raise ValueError(f"config '{path}' has a cycle of 'base' files through '{base_path}'")
-    return merge(read_config_file(base_path, (*_seen, path.resolve())), values)
+        return []
+    bases = base if isinstance(base, list) else [base]
+    if not bases or not all(isinstance(b, str) for b in bases):
+        raise ValueError(
+            f"'base' in '{path}' must be a path to another config YAML or a non-empty list of such paths, got {base!r}"
+        )
+    resolved = [(path.parent / b).resolve() for b in bases]
+    for base_path in resolved:
+        if base_path in seen or base_path == path.resolve():
+            raise ValueError(f"config '{path}' has a cycle of 'base' files through '{base_path}'")
+    return resolved
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> ExperimentConfig:
