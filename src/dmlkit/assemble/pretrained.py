@@ -89,6 +89,14 @@ RECIPES: dict[str, dict[str, Any]] = {
         "eval": {"split": "val", "clustering": False},
     },
 }
+# The same recipe stopped after 300 of its 1,500 steps (no learning-rate drop): a weaker backbone, as a
+# smaller or shorter-trained ImageNet model is beside a strong one. The font testbed (issue 32) measures
+# its floor and the room fine-tuning has above it (docs/datasets.md).
+RECIPES["glyphs-resnet20-brief"] = {
+    **copy.deepcopy(RECIPES["glyphs-resnet20"]),
+    "name": "pretrain-glyphs-resnet20-brief",
+    "train": {**RECIPES["glyphs-resnet20"]["train"], "max_steps": 300, "val_every": 300},
+}
 
 
 class PretrainedCacheError(ValueError):
