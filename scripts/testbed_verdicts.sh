@@ -17,16 +17,7 @@ JOBS=${JOBS:-2}
 BACKBONES=${BACKBONES:-"glyphs-resnet20 glyphs-resnet20@seed1 glyphs-resnet20@seed2"}
 T=configs/testbed
 
-table() {  # table FOLDER LABEL "BASELINES" CONFIG...   (REUSE=1: tabulate finished runs only)
-  local folder=$1 label=$2 baselines=$3; shift 3
-  local configs=() extra=()
-  for name in "$@"; do configs+=("$T/$name.yaml"); done
-  [ "${REUSE:-0}" = 1 ] && extra=(--reuse-only)
-  $DMLKIT protocol holdout "${configs[@]}" --seeds $SEEDS --backbones $BACKBONES --baseline $baselines \
-    --jobs "$JOBS" --columns all --out "$OUT/$folder" "${extra[@]}"
-  cp "$OUT/$folder/results.md" "$OUT/$label.md"
-  cp "$OUT/$folder/results.json" "$OUT/$label.json"
-}
+source scripts/protocol_table.sh  # table FOLDER LABEL "BASELINES" CONFIG...
 
 group() {  # the multi-similarity family shares folder ms: its testbed runs serve FastAP, C2 and GSP
   case $1 in

@@ -1,0 +1,16 @@
+# Sourced by the table scripts (testbed_verdicts.sh, font_testbed_tables.sh): one paired protocol table.
+#   table FOLDER LABEL "BASELINES" CONFIG...
+# trains the missing runs of CONFIG (names of $T/<name>.yaml) x $SEEDS x $BACKBONES with $JOBS processes into
+# $OUT/FOLDER/<backbone>/<config>-seed<s>/ (finished runs are reused, so a stopped batch resumes), pairs each
+# run with the baseline whose name is the longest prefix of its own, and copies the table to $OUT/LABEL.md and
+# .json. REUSE=1 trains nothing and tabulates the finished runs.
+table() {
+  local folder=$1 label=$2 baselines=$3; shift 3
+  local configs=() extra=()
+  for name in "$@"; do configs+=("$T/$name.yaml"); done
+  [ "${REUSE:-0}" = 1 ] && extra=(--reuse-only)
+  $DMLKIT protocol holdout "${configs[@]}" --seeds $SEEDS --backbones $BACKBONES --baseline $baselines \
+    --jobs "$JOBS" --columns all --out "$OUT/$folder" "${extra[@]}"
+  cp "$OUT/$folder/results.md" "$OUT/$label.md"
+  cp "$OUT/$folder/results.json" "$OUT/$label.json"
+}
