@@ -1,0 +1,45 @@
+#!/bin/bash
+# The font testbed's tables (issue 32): each group's configs x SEEDS (default 0-4) x pretrained BACKBONES (default
+# the brief glyph recipe and its pretraining seed 1), paired within a backbone against the baseline whose name is
+# the longest prefix of the run's, pooled over the backbones (the replication rules of issue 29).
+#   bash scripts/install_system_packages.sh        # once: the font packages font_glyphs renders
+#   bash scripts/font_testbed_tables.sh [GROUP...]  # groups, in this order by default: ms sft gsp ccp reference longtail
+# Runs go to $OUT (default runs/font_testbed)/all/<backbone>/<config>-seed<s>/, shared by the groups (the baseline
+# trains once) and reused when the command runs again, so a stopped batch resumes; each group's table is
+# written to $OUT/<group>.md and .json. JOBS (default 2) runs train side by side; train.threads is pinned to 1.
+# One run: about 6 minutes on one idle core of this project's 2-core machine (docs/results/font_testbed.md).
+set -eu
+cd "$(dirname "$0")/.."
+DMLKIT=${DMLKIT:-.venv/bin/dmlkit}
+OUT=${OUT:-runs/font_testbed}
+SEEDS=${SEEDS:-"0 1 2 3 4"}
+JOBS=${JOBS:-2}
+BACKBONES=${BACKBONES:-"glyphs-resnet20-brief glyphs-resnet20-brief@seed1"}
+T=configs/font_testbed
+
+source scripts/protocol_table.sh  # table FOLDER LABEL "BASELINES" CONFIG...
+
+group() {
+  case $1 in
+    ms) table all ms font_testbed font_testbed font_testbed_contrastive_c2 ;;
+    sft) table all sft "font_testbed font_testbed_npair font_testbed_triplet" font_testbed font_testbed_sft \
+      font_testbed_npair font_testbed_npair_sft font_testbed_npair_sft_joint font_testbed_triplet font_testbed_triplet_sft ;;
+    gsp) table all gsp "font_testbed font_testbed_contrastive_c2 font_testbed_triplet font_testbed_proxy_anchor" \
+      font_testbed font_testbed_gsp font_testbed_gsp_zs font_testbed_contrastive_c2 font_testbed_contrastive_c2_gsp \
+      font_testbed_contrastive_c2_gsp_zs font_testbed_triplet font_testbed_triplet_gsp font_testbed_triplet_gsp_zs \
+      font_testbed_proxy_anchor font_testbed_proxy_anchor_gsp font_testbed_proxy_anchor_gsp_zs ;;
+    ccp) table all ccp "font_testbed_val font_testbed_triplet_val font_testbed_contrastive_c2_val" font_testbed_val \
+      font_testbed_ccp font_testbed_triplet_val font_testbed_triplet_ccp_sample font_testbed_contrastive_c2_val \
+      font_testbed_contrastive_c2_ccp ;;
+    reference) table all reference "font_testbed font_testbed_fastap_random" font_testbed font_testbed_contrastive_c2 \
+      font_testbed_triplet font_testbed_margin font_testbed_proxy_anchor font_testbed_normalized_softmax \
+      font_testbed_fastap_random font_testbed_fastap_hard font_testbed_ce_weak ;;
+    longtail) table all longtail font_testbed_longtail font_testbed_longtail font_testbed_longtail_balanced \
+      font_testbed_longtail_sft font_testbed_longtail_sft_unbalanced font_testbed_longtail_translation ;;
+    *) echo "unknown group '$1'; valid: ms sft gsp ccp reference longtail" >&2; exit 2 ;;
+  esac
+}
+
+GROUPS_TO_RUN=("$@")
+[ ${#GROUPS_TO_RUN[@]} -eq 0 ] && GROUPS_TO_RUN=(ms sft gsp ccp reference longtail)
+for g in "${GROUPS_TO_RUN[@]}"; do group "$g"; done
