@@ -149,3 +149,30 @@ def test_bad_labels_and_states():
         s.load_state_dict({"seed": 1})
     assert len(MPerClassBatchSampler(LABELS, 8, 4, batches_per_epoch=3)) == 3
     assert len(MPerClassBatchSampler(LABELS[:5], 4, 1)) == 1
+
+
+def test_proportional_class_draw_follows_the_image_counts():
+    """One class per batch: each batch's class is drawn with probability n_c / N (here sizes 1..10, N = 55)."""
+    s = MPerClassBatchSampler(LABELS, batch_size=2, m=2, seed=3, batches_per_epoch=22000, class_draw="proportional")
+    draws = Counter(int(LABELS[b[0]]) for b in s)
+    expected = {c: len(s) * n / sum(_SIZES) for c, n in enumerate(_SIZES)}
+    for c, e in expected.items():  # 5 binomial standard deviations
+        assert abs(draws[c] - e) < 5 * (e * (1 - e / len(s))) ** 0.5, (c, draws[c], e)
+    balanced = Counter(int(LABELS[b[0]]) for b in MPerClassBatchSampler(LABELS, 2, 2, seed=3, batches_per_epoch=1000))
+    assert set(balanced.values()) == {100}, "the default draws every class equally often"
+
+
+def test_proportional_batches_hold_distinct_classes_and_replay():
+    s = MPerClassBatchSampler(LABELS, batch_size=12, m=3, seed=4, batches_per_epoch=50, class_draw="proportional")
+    for b in s:
+        check_batch(b, LABELS, 12, 3)
+    assert s.batches(2) == MPerClassBatchSampler(LABELS, 12, 3, seed=4, batches_per_epoch=50,
+                                                 class_draw="proportional").batches(2)
+    assert s.batches(0) != MPerClassBatchSampler(LABELS, 12, 3, seed=4, batches_per_epoch=50).batches(0)
+    assert MPerClassBatchSampler(LABELS, 12, 3, seed=4, class_draw="balanced").batches(1) == MPerClassBatchSampler(
+        LABELS, 12, 3, seed=4).batches(1)
+
+
+def test_unknown_class_draw():
+    with pytest.raises(ValueError, match="class_draw must be one of"):
+        MPerClassBatchSampler(LABELS, 12, 3, class_draw="uniform")

@@ -19,6 +19,9 @@ from torch.utils.data import Sampler
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.validation import is_int
 
+#: How ``MPerClassBatchSampler`` draws the classes of a batch: equally often, or in proportion to their images.
+CLASS_DRAWS = ("balanced", "proportional")
+
 
 class EpochBatchSampler(Sampler[list[int]]):
     """Base of dmlkit's batch samplers: the batches of an epoch are a pure function of (seed, epoch).
@@ -68,10 +71,17 @@ class MPerClassBatchSampler(EpochBatchSampler):
             sampled with replacement; otherwise its ``m`` images are distinct.
         seed: base seed; epoch ``e`` draws from ``derive_seed(seed, e)``.
         batches_per_epoch: batches per ``iter()``; default ``len(labels) // batch_size`` (at least 1).
+        class_draw: how the classes of a batch are drawn (``CLASS_DRAWS``):
 
-    Classes are visited in a running random order: every class is used once
-    before any class is used again (across batch boundaries within an epoch),
-    and the classes of one batch are distinct. Indices of a batch are grouped
+            - ``"balanced"`` (default): a running random order, every class used once before any class is
+              used again (across batch boundaries within an epoch): classes are drawn equally often
+              whatever their size, class-balanced re-sampling on a long-tailed set;
+            - ``"proportional"``: each batch's classes drawn with probability proportional to their
+              number of images, without replacement within the batch (``torch.multinomial``), so every
+              image is drawn about equally often: the instance-proportional ("plain") sampling of a
+              long-tailed set, with ``m`` images per class kept for the pair losses and miners.
+
+    The classes of one batch are distinct. Indices of a batch are grouped
     by class, ``m`` at a time. Call ``set_epoch(e)`` before iterating epoch ``e``
     (as with ``DistributedSampler``); iterating twice without it replays the epoch.
     """
@@ -83,7 +93,11 @@ class MPerClassBatchSampler(EpochBatchSampler):
         m: int,
         seed: int = 0,
         batches_per_epoch: int | None = None,
+        class_draw: str = "balanced",
     ) -> None:
+        if class_draw not in CLASS_DRAWS:
+            raise ValueError(f"class_draw must be one of {CLASS_DRAWS} (classes drawn equally often, or in proportion "
+                             f"to their images), got {class_draw!r}")
         lab = torch.as_tensor(np.asarray(labels.cpu() if isinstance(labels, Tensor) else labels))
         if lab.dim() != 1 or lab.numel() == 0:
             raise ValueError("labels must be a non-empty 1-d sequence of class ids")
@@ -117,19 +131,38 @@ class MPerClassBatchSampler(EpochBatchSampler):
         self.seed = seed
         self.batches_per_epoch = batches_per_epoch
         self.epoch = 0
+        self.class_draw = class_draw
         self.classes = classes
         order = torch.argsort(inverse, stable=True)
         counts = torch.bincount(inverse, minlength=classes.numel())
+        self._counts = counts
         self._members = list(torch.split(order, counts.tolist()))  # item indices of each class
 
     def batches(self, epoch: int) -> list[list[int]]:
         """All batches of ``epoch`` (what ``iter()`` yields after ``set_epoch(epoch)``)."""
         g = make_generator(self.seed, epoch)
-        n_classes, k, m = len(self._members), self.classes_per_batch, self.m
-        queue: list[int] = []  # the current round of classes, consumed from position ``pos``
-        pos = 0
+        m = self.m
+        draws = self._proportional_classes(g) if self.class_draw == "proportional" else self._balanced_classes(g)
         out: list[list[int]] = []
         for _ in range(self.batches_per_epoch):
+            batch: list[int] = []
+            for c in next(draws):
+                members = self._members[c]
+                n = members.numel()
+                if n >= m:
+                    pick = torch.randperm(n, generator=g)[:m]
+                else:
+                    pick = torch.randint(n, (m,), generator=g)
+                batch.extend(members[pick].tolist())
+            out.append(batch)
+        return out
+
+    def _balanced_classes(self, g: torch.Generator) -> Iterator[list[int]]:
+        """The class positions of each batch in turn, in a running random order (each class once per round)."""
+        n_classes, k = len(self._members), self.classes_per_batch
+        queue: list[int] = []  # the current round of classes, consumed from position ``pos``
+        pos = 0
+        while True:
             chosen: list[int] = []
             while len(chosen) < k:
                 if pos == len(queue):
@@ -141,16 +174,10 @@ class MPerClassBatchSampler(EpochBatchSampler):
                     pos = 0
                 chosen.append(queue[pos])
                 pos += 1
-            batch: list[int] = []
-            for c in chosen:
-                members = self._members[c]
-                n = members.numel()
-                if n >= m:
-                    pick = torch.randperm(n, generator=g)[:m]
-                else:
-                    pick = torch.randint(n, (m,), generator=g)
-                batch.extend(members[pick].tolist())
-            out.append(batch)
-        return out
+            yield chosen
 
-
+    def _proportional_classes(self, g: torch.Generator) -> Iterator[list[int]]:
+        """The class positions of each batch in turn, each drawn in proportion to its images, distinct in a batch."""
+        weights = self._counts.double()
+        while True:
+            yield torch.multinomial(weights, self.classes_per_batch, replacement=False, generator=g).tolist()

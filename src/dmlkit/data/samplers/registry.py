@@ -1,6 +1,8 @@
 """Batch samplers by name: ``create_batch_sampler(name, dataset, batch_size, seed, **params)``.
 
-- ``m_per_class``: ``batch_size / m`` classes with ``m`` images each (``MPerClassBatchSampler``);
+- ``m_per_class``: ``batch_size / m`` classes with ``m`` images each (``MPerClassBatchSampler``); its classes
+  drawn equally often (``class_draw="balanced"``, the default) or in proportion to their images
+  (``class_draw="proportional"``, the plain sampling of a long-tailed set);
 - ``fastap_random``: FastAP's "Random" sampling, whole classes until the batch is full;
 - ``fastap_hard``: FastAP's "Hard" sampling, two super-categories per batch, half each
   (``unlabelled="pair"`` for the VehicleID variant).
@@ -19,8 +21,10 @@ BATCH_SAMPLERS: Registry = Registry("batch sampler")
 
 
 @BATCH_SAMPLERS.register("m_per_class")
-def m_per_class(dataset: Any, batch_size: int, seed: int = 0, m: int = 4, batches_per_epoch: int | None = None):
-    return MPerClassBatchSampler(dataset.labels, batch_size, m, seed=seed, batches_per_epoch=batches_per_epoch)
+def m_per_class(dataset: Any, batch_size: int, seed: int = 0, m: int = 4, batches_per_epoch: int | None = None,
+                class_draw: str = "balanced"):
+    return MPerClassBatchSampler(dataset.labels, batch_size, m, seed=seed, batches_per_epoch=batches_per_epoch,
+                                 class_draw=class_draw)
 
 
 @BATCH_SAMPLERS.register("fastap_random")
