@@ -1,4 +1,5 @@
-"""Every shipped config outside configs/experiments (the top-level ones and configs/testbed) trains 2 steps on tiny data.
+"""Every shipped config outside configs/experiments (the top-level ones, configs/testbed and configs/font_testbed, its
+``_*.yaml`` fragments aside) trains 2 steps on tiny data.
 
 configs/experiments has its own smoke test (test_experiment_configs.py). Here the overrides only shrink a config to
 a few glyph classes: the pretrained backbone is not built (``model.pretrained=false``; the cache takes minutes), a
@@ -19,7 +20,8 @@ from dmlkit.config import load_config
 from tests_helpers import TINY_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "testbed").glob("*.yaml"))
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "testbed").glob("*.yaml")) + sorted(
+    p for p in (ROOT / "configs" / "font_testbed").glob("*.yaml") if not p.name.startswith("_"))  # _*.yaml: fragments
 SMOKE = [o for o in TINY_OVERRIDES if not o.startswith("model.embedding_dim")] + [
     "train.max_steps=2",
     "train.val_every=2",

@@ -26,6 +26,7 @@ from dmlkit.data.datasets.inshop import InShopDataset
 from dmlkit.data.datasets.mnist import MNISTDataset
 from dmlkit.data.datasets.sop import SOPDataset
 from dmlkit.data.datasets.vehicleid import VehicleIDDataset
+from dmlkit.data.long_tail import cut_long_tail
 from dmlkit.data.splits import class_disjoint_split, class_fold_split, subset_classes
 from dmlkit.registry import Registry, check_kwargs
 from dmlkit.validation import is_int
@@ -106,7 +107,8 @@ def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") 
     ``train`` is split ``config.train_split``, augmented if ``config.augment``. ``val`` is split
     ``config.val_split`` when set, else the last ``val_fraction`` of the train classes (or fold
     ``fold`` of them), never augmented; ``train`` then keeps the other train classes. ``test`` is
-    the (un-augmented) ``test_split``.
+    the (un-augmented) ``test_split``. With ``config.tail_fraction > 0`` the final ``train`` (after the hold-out)
+    is cut long-tailed (``dmlkit.data.long_tail``); ``val`` and ``test`` never are.
     """
     common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
     train = create_dataset(config.name, config.train_split, augment=config.augment, **common)
@@ -119,6 +121,8 @@ def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") 
     elif config.val_fraction > 0:
         train_part, val_part = class_disjoint_split(train, config.val_fraction)
         out["train"], out["val"] = train_part, val_part.with_augment(False)
+    if config.tail_fraction > 0:
+        out["train"] = cut_long_tail(out["train"], config.tail_fraction, config.tail_images)
     out["test"] = create_dataset(config.name, test_split, augment=False, **common)
     return out
 

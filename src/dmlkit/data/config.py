@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from dmlkit.data.long_tail import check_long_tail
 from dmlkit.validation import is_int, is_real
 
 
@@ -27,6 +28,11 @@ class DataConfig:
         train_split: the split that trains (``pretrain`` for a pretraining recipe of ``glyphs_testbed``).
         val_split: a split of the dataset that validates (e.g. ``val`` of ``glyphs_testbed``) instead of a
             hold-out of the train classes; needs ``val_fraction: 0`` and ``folds: 0``.
+        tail_fraction: share of the *training* classes cut to ``tail_images`` images each, a long-tailed
+            training split (``dmlkit.data.long_tail``: which classes and images is a fixed hash of the class
+            names, the same for every run seed); applied after the validation hold-out, never to val or test.
+            0 cuts none.
+        tail_images: images each cut class keeps (>= 2, so it keeps a positive pair).
         params: further keyword arguments of the dataset's constructor (e.g. ``channels`` of ``image_folder``).
     """
 
@@ -41,6 +47,8 @@ class DataConfig:
     fold: int = 0
     train_split: str = "train"
     val_split: str | None = None
+    tail_fraction: float = 0.0
+    tail_images: int = 3
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -60,6 +68,7 @@ class DataConfig:
             raise ValueError(f"data.folds must be 0 (no folds) or an int >= 2, got {self.folds!r}")
         if not is_int(self.fold) or not 0 <= self.fold < max(self.folds, 1):
             raise ValueError(f"data.fold must be an int in 0..{max(self.folds - 1, 0)} (data.folds={self.folds}), got {self.fold!r}")
+        check_long_tail(self.tail_fraction, self.tail_images)
         if not is_int(self.num_workers) or self.num_workers < 0:
             raise ValueError(f"data.num_workers must be an int >= 0, got {self.num_workers!r}")
         if not isinstance(self.train_split, str) or not self.train_split:
