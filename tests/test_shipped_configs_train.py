@@ -1,6 +1,11 @@
 """Every shipped config outside configs/experiments (the top-level ones, configs/testbed and configs/font_testbed, its
 ``_*.yaml`` fragments aside) trains 2 steps on tiny data.
 
+A font-testbed file that only names a glyph-testbed method file and the regime (``base: [../testbed/<x>.yaml,
+_regime.yaml]`` and its ``name``) adds nothing a 2-step run could break beyond what its method file (trained here)
+and ``font_testbed.yaml`` (the regime on the real font table, trained here) show, so it is only loaded
+(``tests/test_config.py``); each font step loads the font table (about 1 s a split), which costs the suite minutes.
+
 configs/experiments has its own smoke test (test_experiment_configs.py). Here the overrides only shrink a config to
 a few glyph classes: the pretrained backbone is not built (``model.pretrained=false``; the cache takes minutes), a
 config that validates on a split keeps its split (``data.val_fraction=0``), FastAP's Hard batches get enough
@@ -14,14 +19,25 @@ cannot build or step (as CCP + GSP + zero-shot once could not) fails here.
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dmlkit.assemble import build_trainer
 from dmlkit.config import load_config
 from tests_helpers import TINY_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "testbed").glob("*.yaml")) + sorted(
-    p for p in (ROOT / "configs" / "font_testbed").glob("*.yaml") if not p.name.startswith("_"))  # _*.yaml: fragments
+
+
+def _adds_to_its_bases(path: Path) -> bool:
+    """Whether a font-testbed file sets more than ``base`` and ``name`` (or has a single base, the regime's own)."""
+    values = yaml.safe_load(path.read_text())
+    return bool(set(values) - {"base", "name"}) or not isinstance(values.get("base"), list) or any(
+        "_regime" not in b and not b.startswith("../testbed/") for b in values["base"])
+
+
+FONT_CONFIGS = [p for p in sorted((ROOT / "configs" / "font_testbed").glob("*.yaml")) if not p.name.startswith("_")]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "testbed").glob("*.yaml")) + [
+    p for p in FONT_CONFIGS if p.stem == "font_testbed" or _adds_to_its_bases(p)]
 SMOKE = [o for o in TINY_OVERRIDES if not o.startswith("model.embedding_dim")] + [
     "train.max_steps=2",
     "train.val_every=2",
