@@ -34,8 +34,9 @@ group() {
     reference) table all reference "font_testbed font_testbed_fastap_random" font_testbed font_testbed_contrastive_c2 \
       font_testbed_triplet font_testbed_margin font_testbed_proxy_anchor font_testbed_normalized_softmax \
       font_testbed_fastap_random font_testbed_fastap_hard font_testbed_ce_weak ;;
-    longtail) table all longtail font_testbed_longtail font_testbed_longtail font_testbed_longtail_balanced \
-      font_testbed_longtail_sft font_testbed_longtail_sft_unbalanced font_testbed_longtail_translation ;;
+    longtail) table all longtail "font_testbed_longtail font_testbed_longtail_balanced" font_testbed_longtail \
+      font_testbed_longtail_balanced font_testbed_longtail_sft font_testbed_longtail_sft_unbalanced \
+      font_testbed_longtail_translation font_testbed_longtail_balanced_sft_unbalanced ;;
     *) echo "unknown group '$1'; valid: ms sft gsp ccp reference longtail" >&2; exit 2 ;;
   esac
 }
