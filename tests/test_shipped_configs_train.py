@@ -70,6 +70,9 @@ def shrink(path: Path) -> list[str]:
 def test_the_list_covers_the_testbed():
     names = {p.stem for p in CONFIGS}
     assert {"quickstart", "testbed", "testbed_ccp", "testbed_gsp", "testbed_sft"} <= names
+    # the font regime itself and every font file that adds to its bases; a pure [method, regime] join is only loaded
+    assert {"font_testbed", "font_testbed_ccp", "font_testbed_val", "font_testbed_longtail_balanced"} <= names
+    assert not {"font_testbed_gsp", "font_testbed_contrastive_c2"} & names
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT / "configs")))
