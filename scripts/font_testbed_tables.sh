@@ -10,14 +10,11 @@
 # One run: about 6 minutes on one idle core of this project's 2-core machine (docs/results/font_testbed.md).
 set -eu
 cd "$(dirname "$0")/.."
-DMLKIT=${DMLKIT:-.venv/bin/dmlkit}
 OUT=${OUT:-runs/font_testbed}
-SEEDS=${SEEDS:-"0 1 2 3 4"}
-JOBS=${JOBS:-2}
 BACKBONES=${BACKBONES:-"glyphs-resnet20-brief glyphs-resnet20-brief@seed1"}
 T=configs/font_testbed
 
-source scripts/protocol_table.sh  # table FOLDER LABEL "BASELINES" CONFIG...
+source scripts/protocol_table.sh  # table FOLDER LABEL "BASELINES" CONFIG...; DMLKIT, SEEDS, JOBS defaults
 
 group() {
   case $1 in

@@ -3,7 +3,12 @@
 # trains the missing runs of CONFIG (names of $T/<name>.yaml) x $SEEDS x $BACKBONES with $JOBS processes into
 # $OUT/FOLDER/<backbone>/<config>-seed<s>/ (finished runs are reused, so a stopped batch resumes), pairs each
 # run with the baseline whose name is the longest prefix of its own, and copies the table to $OUT/LABEL.md and
-# .json. REUSE=1 trains nothing and tabulates the finished runs.
+# .json. REUSE=1 trains nothing and tabulates the finished runs. The sourcing script sets T, OUT and BACKBONES;
+# DMLKIT, SEEDS (default 0-4) and JOBS (default 2) default here.
+DMLKIT=${DMLKIT:-.venv/bin/dmlkit}
+SEEDS=${SEEDS:-"0 1 2 3 4"}
+JOBS=${JOBS:-2}
+
 table() {
   local folder=$1 label=$2 baselines=$3; shift 3
   local configs=() extra=()

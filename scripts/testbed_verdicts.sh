@@ -10,14 +10,11 @@
 # depend on JOBS or the shell's OMP_NUM_THREADS. About 100 s a run per core on this project's 2-core machine.
 set -eu
 cd "$(dirname "$0")/.."
-DMLKIT=${DMLKIT:-.venv/bin/dmlkit}
 OUT=${OUT:-runs/verdicts}
-SEEDS=${SEEDS:-"0 1 2 3 4"}
-JOBS=${JOBS:-2}
 BACKBONES=${BACKBONES:-"glyphs-resnet20 glyphs-resnet20@seed1 glyphs-resnet20@seed2"}
 T=configs/testbed
 
-source scripts/protocol_table.sh  # table FOLDER LABEL "BASELINES" CONFIG...
+source scripts/protocol_table.sh  # table FOLDER LABEL "BASELINES" CONFIG...; DMLKIT, SEEDS, JOBS defaults
 
 group() {  # the multi-similarity family shares folder ms: its testbed runs serve FastAP, C2 and GSP
   case $1 in
