@@ -385,6 +385,7 @@ def test_projections_end_on_ccp_patience_and_the_run_on_train_patience(ccp_run):
             assert r["start_step"] == ccp[i - 1]["end_step"]
     assert ccp[-1]["ended_by"] == "run" and ccp[-1]["end_step"] == summary["steps"]
     assert summary["ccp"]["steps_per_projection"] == [r["steps"] for r in ccp] and len(ccp) >= 3
+    assert summary["facts"]["projections"] == len(ccp)  # the protocol tables' column
     # the former rule ended the run at the first projection that did not beat the run's best:
     assert any(not r["improved"] for r in ccp[:-1]), "the tiny run should see a projection end below the run's best"
     assert "pool_covering_radius" in ccp[0] and ccp[0]["pool_covering_radius"] > 0

@@ -161,3 +161,24 @@ def test_a_single_value_is_printed_without_a_spread_where_asked():
     assert format_mean_std(summarise(one, single_std=math.nan)["m"]) == "50.00"  # floors: the value alone
     two = [{"seed": 0, "m": 0.5}, {"seed": 1, "m": 0.7}]
     assert format_mean_std(summarise(two, single_std=math.nan)["m"]) == "60.00 ± 14.14"
+
+
+def test_a_method_fact_becomes_a_column_of_the_rows_that_report_it():
+    """summary["facts"] (CCP's projections) -> a per-seed fact.<name> -> a column with the mean ± std over seeds."""
+    from dmlkit.protocols.conventional import seed_metrics
+    from dmlkit.protocols.results import run_columns
+
+    def summary(projections=None):
+        base = {"steps": 100, "best_step": 50, "train_seconds": 2.0, "test": {"precision_at_1": 0.5}}
+        return base if projections is None else {**base, "facts": {"projections": projections}}
+
+    plain = summarise([seed_metrics(summary()), seed_metrics(summary())])
+    ccp = summarise([seed_metrics(summary(2)), seed_metrics(summary(4))])
+    assert ccp["fact.projections"] == (3.0, pytest.approx(math.sqrt(2)))
+    assert "fact.projections" not in plain
+    columns = run_columns([("plain", plain), ("ccp", ccp)])
+    assert columns[-1] == ("projections", "fact.projections", 1)
+    assert run_columns([("plain", plain)]) == run_columns([])  # no fact, no column
+    table = markdown_table([("plain", plain), ("ccp", ccp)], "thesis", extra=columns).splitlines()
+    assert table[0].endswith("| projections |")
+    assert table[2].endswith("| n/a |") and table[3].endswith("| 3.0 ± 1.4 |")

@@ -11,7 +11,9 @@ default, so a method overrides only what it changes:
   CCP the ``projection`` term, the zero-shot loss mixes Eq. 5.2.5);
 * ``param_groups(train_cfg)``: optimiser groups of the parameters the method owns (CCP's proxies);
 * ``stopper(train_cfg)``: a stopping rule that replaces early stopping (CCP's projections);
-* ``callbacks()``: hooks around the loop (CCP's alternation, the head warm-up);
+* ``callbacks()``: hooks around the loop (CCP's alternation, the head warm-up); a callback's ``on_train_end``
+  may add ``{name: number}`` to ``summary["facts"]``, which protocol tables show as a column per name
+  (CCP's ``projections``);
 * ``eval_model(model)``: the module evaluated (SFT-d: the L2-normalised embedding);
 * ``encode(model, images)`` / ``forward_methods``: how a training batch is embedded and the
   extra per-sample tensors the method's terms read from the batch (GSP's transport plan).

@@ -17,14 +17,20 @@ from dmlkit.protocols.table import SEED_KEY
 PROTOCOL_OVERRIDES = {"conventional": ["data.val_fraction=0", "data.folds=0", "data.val_split=null"], "holdout": []}
 
 
+#: Prefix of the per-seed keys that carry a method's ``summary["facts"]`` (``fact.projections``: CCP's count).
+FACT_PREFIX = "fact."
+
+
 def seed_metrics(summary: dict[str, Any]) -> dict[str, float]:
     """A run's test metrics plus how it trained: steps run, the step whose weights were tested
-    (``best_step``), training wall time and time per step (seconds)."""
+    (``best_step``), training wall time and time per step (seconds), and the numbers its methods reported in
+    ``summary["facts"]`` (keyed ``fact.<name>``; e.g. CCP's projections)."""
     steps = int(summary.get("steps", 0))
     seconds = float(summary["train_seconds"])
+    facts = {f"{FACT_PREFIX}{name}": float(value) for name, value in summary.get("facts", {}).items()}
     return {
         **summary["test"], "steps": float(steps), "best_step": float(summary.get("best_step") or steps),
-        "train_seconds": seconds, "seconds_per_step": seconds / max(steps, 1),
+        "train_seconds": seconds, "seconds_per_step": seconds / max(steps, 1), **facts,
     }
 
 

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from dmlkit.config import load_config
 from dmlkit.protocols.backbones import across_backbones, backbone_label, backbones_table
-from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
+from dmlkit.protocols.conventional import FACT_PREFIX, PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.fair import run_fair
 from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
 from dmlkit.protocols.paired import assign_baselines, paired_difference, paired_table
@@ -18,6 +18,13 @@ from dmlkit.protocols.table import check_columns, markdown_table, summarise
 PROTOCOLS = (*PROTOCOL_OVERRIDES, "fair")
 TIME_COLUMN = [("steps", "steps", 0), ("best step", "best_step", 0), ("train s", "train_seconds", 0),
                ("s/step", "seconds_per_step", 2)]
+
+
+def run_columns(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, int]]:
+    """``TIME_COLUMN`` and one column per method fact (``seed_metrics``) that any row holds, in first-seen order,
+    with one decimal (a mean over seeds of a count)."""
+    facts = dict.fromkeys(key for _, stats in rows for key in stats if key.startswith(FACT_PREFIX))
+    return [*TIME_COLUMN, *((key[len(FACT_PREFIX):], key, 1) for key in facts)]
 
 
 def _collect(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Sequence[int], overrides: Sequence[str],
@@ -148,7 +155,7 @@ def run_protocol(
         collect = partial(_collect, protocol, configs, out, seeds, overrides, folds)
     (rows, raw), errors = gather_runs(collect, jobs=jobs, reuse=reuse, quiet=quiet)
     title = f"{protocol} protocol, seeds {', '.join(map(str, seeds))} (mean ± std over the n seeds done, metrics in %)\n\n"
-    table = title + markdown_table(rows, columns, extra=TIME_COLUMN)
+    table = title + markdown_table(rows, columns, extra=run_columns(rows))
     record: dict[str, Any] = {"protocol": protocol, "seeds": list(seeds), "runs": raw}
     if backbones:
         record["backbones"] = list(backbones)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from dmlkit.config import load_config
 from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
-from dmlkit.protocols.results import TIME_COLUMN
+from dmlkit.protocols.results import run_columns
 from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
 from dmlkit.protocols.table import markdown_table, summarise
 
@@ -135,7 +135,7 @@ def run_sweep(
     rows = [(_row_label(e), e["summary"]) for e in results]
     title = (f"{protocol} protocol sweep over {', '.join(grid)}, seeds {', '.join(map(str, seeds))} "
              f"(mean ± std over the n seeds done, metrics in %)\n\n")
-    table = title + markdown_table(rows, columns, extra=TIME_COLUMN)
+    table = title + markdown_table(rows, columns, extra=run_columns(rows))
     (out / "results.md").write_text(table)
     record = {"protocol": protocol, "grid": grid, "seeds": list(seeds), "metric": metric,
               "results": [{k: v for k, v in e.items() if k != "summary"} for e in results]}
