@@ -25,12 +25,15 @@ group() {
       font_testbed font_testbed_gsp font_testbed_gsp_zs font_testbed_contrastive_c2 font_testbed_contrastive_c2_gsp \
       font_testbed_contrastive_c2_gsp_zs font_testbed_triplet font_testbed_triplet_gsp font_testbed_triplet_gsp_zs \
       font_testbed_proxy_anchor font_testbed_proxy_anchor_gsp font_testbed_proxy_anchor_gsp_zs ;;
-    ccp) table all ccp "font_testbed_val font_testbed_triplet_val font_testbed_contrastive_c2_val" font_testbed_val \
-      font_testbed_ccp font_testbed_triplet_val font_testbed_triplet_ccp_sample font_testbed_contrastive_c2_val \
-      font_testbed_contrastive_c2_ccp ;;
-    reference) table all reference "font_testbed font_testbed_fastap_random" font_testbed font_testbed_contrastive_c2 \
-      font_testbed_triplet font_testbed_margin font_testbed_proxy_anchor font_testbed_normalized_softmax \
-      font_testbed_fastap_random font_testbed_fastap_hard font_testbed_ce_weak ;;
+    ccp)  # one table a loss: the CCP names do not extend their baselines' (font_testbed_val: MS validated as CCP is)
+      table all ccp_ms font_testbed_val font_testbed_val font_testbed_ccp font_testbed_ccp_patience1
+      table all ccp_triplet font_testbed_triplet_val font_testbed_triplet_val font_testbed_triplet_ccp_sample
+      table all ccp_c2 font_testbed_contrastive_c2_val font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp ;;
+    reference)  # every loss against MS, then FastAP's Hard batches against its Random ones
+      table all reference font_testbed font_testbed font_testbed_contrastive_c2 font_testbed_triplet font_testbed_margin \
+        font_testbed_proxy_anchor font_testbed_normalized_softmax font_testbed_fastap_random font_testbed_fastap_hard \
+        font_testbed_ce_weak
+      table all fastap_hard_vs_random font_testbed_fastap_random font_testbed_fastap_random font_testbed_fastap_hard ;;
     longtail) table all longtail "font_testbed_longtail font_testbed_longtail_balanced" font_testbed_longtail \
       font_testbed_longtail_balanced font_testbed_longtail_sft font_testbed_longtail_sft_unbalanced \
       font_testbed_longtail_translation font_testbed_longtail_balanced_sft_unbalanced ;;
