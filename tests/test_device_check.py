@@ -15,12 +15,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
-    env = {**os.environ, "OUT": str(tmp_path), "BUDGET": "300"}
+    # BUDGET is a ceiling (the sections end on their own in about 4 minutes on 2 idle cores); under load a 300 s
+    # ceiling left the testbed section no time and it was skipped ("no time left")
+    env = {**os.environ, "OUT": str(tmp_path), "BUDGET": "1200"}
     done = subprocess.run(
         ["bash", "scripts/device_check.sh", "--cpu", "--testbed", "configs/quickstart.yaml", "--seeds", "0",
          "--jobs", "1", "--set", "train.max_steps=2", "--set", "train.val_every=2", "--set", "data.max_classes=20",
          "--set", "plots=false", "--set", "eval.clustering=false"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "device_check.json").read_text())
@@ -32,7 +34,7 @@ def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
     assert all(r["trainer_images_per_s"] > 0 and r["bare_images_per_s"] > 0 for r in rows)
     assert results["exact_search"]["parity_same_neighbours"] is True
     assert 0 < results["exact_search"]["map_at_r"] < 1
-    assert "| quickstart (n=1) |" in results["testbed"]["table"]
+    assert "| quickstart (n=1) |" in results["testbed"].get("table", ""), results["testbed"]
     assert [(r["channels_last"], r["compile"]) for r in results["execution"]["rows"]] == [
         (False, False), (True, False), (False, False), (True, False)]
     assert all(r["images_per_s"] > 0 for r in results["execution"]["rows"])
