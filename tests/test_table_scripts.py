@@ -1,0 +1,54 @@
+"""The table scripts (``scripts/testbed_verdicts.sh``, ``scripts/font_testbed_tables.sh``): every protocol call
+they make names config files that exist and baselines that pair every run (``assign_baselines``), checked by
+running the scripts with ``DMLKIT`` pointing at a stub that records its arguments instead of training."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dmlkit.config import load_config
+from dmlkit.protocols.paired import assign_baselines
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STUB = """#!/bin/bash
+# records one `dmlkit protocol ...` call and leaves the table files the script copies
+printf '%q ' "$@" >> "$CALLS"; echo >> "$CALLS"
+while [ $# -gt 0 ]; do [ "$1" = --out ] && { mkdir -p "$2"; touch "$2/results.md" "$2/results.json"; }; shift; done
+"""
+
+
+def _calls(script: str, tmp_path: Path) -> list[list[str]]:
+    stub = tmp_path / "dmlkit"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "DMLKIT": str(stub), "CALLS": str(calls), "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [shlex.split(line) for line in calls.read_text().splitlines()]
+
+
+def _option(args: list[str], flag: str) -> list[str]:
+    """The values after ``flag`` up to the next ``--option``."""
+    start = args.index(flag) + 1
+    end = next((i for i in range(start, len(args)) if args[i].startswith("--")), len(args))
+    return args[start:end]
+
+
+@pytest.mark.parametrize("script, tables", [("scripts/testbed_verdicts.sh", 5), ("scripts/font_testbed_tables.sh", 9)])
+def test_every_table_call_names_existing_configs_and_pairs_every_run(tmp_path, script, tables):
+    calls = _calls(script, tmp_path)
+    assert len(calls) == tables
+    for args in calls:
+        assert args[:2] == ["protocol", "holdout"]
+        configs = _option(args, "holdout")
+        assert configs and all((ROOT / c).is_file() for c in configs), configs
+        names = [load_config(ROOT / c).name for c in configs]
+        pairs = assign_baselines(names, _option(args, "--baseline"))  # raises when a run has no baseline
+        assert set(pairs) | set(_option(args, "--baseline")) == set(names)
