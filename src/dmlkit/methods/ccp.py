@@ -198,7 +198,7 @@ class CCPCallback(Callback):
             "best_per_projection": [p["best"] for p in stopper.projections],
             "ended_by": [p["ended_by"] for p in stopper.projections],
         }
-        summary.setdefault("facts", {})["projections"] = stopper.projection + 1  # a protocol-table column
+        summary.setdefault("facts", {})["projections"] = summary["ccp"]["projections"]  # a protocol-table column
         self._embed_pool(trainer, stopper.projection + 1)  # the final (best) network's geometry
         summary["ccp"].update(self._pool_geometry())  # the trainer writes the summary after this hook
         if trainer.fabric.is_global_zero and self.cfg.plot and trainer.plots:
