@@ -1,29 +1,35 @@
 #!/bin/bash
 # The font testbed's main rows (issue 32) on one lent GPU machine: 5 paired seeds x two brief backbones of
-# multi-similarity, contrastive C2, SFT, CCP and GSP (configs/font_testbed), tabulated like
+# multi-similarity, contrastive C2, SFT, GSP, CCP and the triplet / N-pair / ProxyAnchor rows (configs/font_testbed), tabulated like
 # scripts/font_testbed_tables.sh does on the CPU. The machine has no network, so the font packages travel as .debs.
 # Prepare here (once), in the repository root:
 #   echo /.debs/ >> .git/info/exclude; mkdir -p .debs && (cd .debs && apt-get download $(../.venv/bin/python -c \
 #     "from dmlkit.data.datasets.font_faces import FONT_PACKAGES; print(*FONT_PACKAGES)"))   # 17 files, 59.6 MB
 #   the PML wheel as in scripts/gpu_protocol_batch.sh (only pytorch-metric-learning: faiss-cpu does not fit
-#   beside the fonts in the 64 MiB a call carries, and dmlkit's search does not need it), and the backbones:
-#   mkdir -p .cache/dmlkit/pretrained && cp ~/.cache/dmlkit/pretrained/glyphs-resnet20-brief* .cache/dmlkit/pretrained/
-# Run (device tool): command "OUT_DIR=$OUT bash scripts/gpu_font_testbed_tables.sh", carry [".whl", ".debs",
-# ".cache/dmlkit/pretrained"], timeout_s 590. The machine's torch differs from this one's, so the backbones' cache
-# key differs and they are rebuilt there first (about 1 minute each on a GPU; the key is in the docstring of
-# dmlkit.assemble.pretrained); font_glyphs renders once (under a minute on 16 cores).
+#   beside the fonts in the 64 MiB a call carries, and dmlkit's search does not need it).
+# Run (device tool): command "OUT_DIR=$OUT BACKBONES=glyphs-resnet20-brief TRAIN_SECONDS=330 bash
+# scripts/gpu_font_testbed_tables.sh", carry [".debs", ".whl/pytorch_metric_learning-2.9.0-py3-none-any.whl"]
+# (60 MiB with the tree), timeout_s 450. The machine's torch differs from this one's, so the backbones' cache key
+# differs and they are built there first (under a minute each on an H200): do not carry ~/.cache. font_glyphs
+# renders once there. Measured on an H200 (2026-11-28, docs/results/font_testbed.md): 12 runs side by side, MS 74 s
+# a run, SFT 185 s, GSP 112 s; a first call of 330 s finished 10 runs (the rendering and the backbone come first),
+# a second call on the warm machine resumed the 12 interrupted runs and finished 25 more. A call that names one
+# backbone and a short ROWS list ends its rows; the whole list is about 15 minutes of the machine per backbone.
 set -u
 cd "$(dirname "$0")/.."
 dpkg -i --force-depends .debs/*.deb > /dev/null || { echo "gpu_font_testbed_tables: installing .debs failed" >&2; exit 1; }
 T=configs/font_testbed
-ROWS="font_testbed font_testbed_contrastive_c2 font_testbed_sft font_testbed_gsp font_testbed_val font_testbed_ccp \
-font_testbed_ccp_patience1 font_testbed_npair font_testbed_npair_sft_joint font_testbed_triplet font_testbed_triplet_sft \
-font_testbed_gsp_zs"
+# Main rows first (what finishes inside TRAIN_SECONDS is tabulated): the runs go backbone by backbone, row by row.
+ROWS=${ROWS:-"font_testbed font_testbed_contrastive_c2 font_testbed_gsp font_testbed_sft font_testbed_triplet \
+font_testbed_triplet_sft font_testbed_npair font_testbed_npair_sft_joint font_testbed_contrastive_c2_gsp \
+font_testbed_proxy_anchor font_testbed_proxy_anchor_gsp font_testbed_triplet_gsp font_testbed_gsp_zs \
+font_testbed_val font_testbed_ccp font_testbed_ccp_patience1"}
 CONFIGS=()
 for name in $ROWS; do CONFIGS+=("$T/$name.yaml"); done
 export BACKBONES=${BACKBONES:-"glyphs-resnet20-brief glyphs-resnet20-brief@seed1"}
 export SEEDS=${SEEDS:-"0 1 2 3 4"} TRAIN_SECONDS=${TRAIN_SECONDS:-480} JOBS=${JOBS:-12}
-export BASELINE=${BASELINE:-"font_testbed font_testbed_npair font_testbed_triplet"}
+export BASELINE=${BASELINE:-"font_testbed font_testbed_npair font_testbed_triplet font_testbed_contrastive_c2 \
+font_testbed_proxy_anchor"}
 bash scripts/gpu_protocol_batch.sh "${CONFIGS[@]}"  # pairs each row with the baseline its name extends
 # The CCP names extend font_testbed, not their baseline font_testbed_val (MS validated as CCP is): their own table.
 PYTHONPATH=$PWD/src:/tmp/site DMLKIT_CACHE=$PWD/.cache/dmlkit python3 -m dmlkit protocol holdout $T/font_testbed_val.yaml \

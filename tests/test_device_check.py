@@ -41,3 +41,20 @@ def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
     report = (tmp_path / "device_check.md").read_text()
     assert "| bf16-mixed | 3 x 16 |" in report
     assert results["training"]["loader_images_per_s"] > 0 and all(r["compute_images_per_s"] > 0 for r in rows)
+
+
+def test_the_cuda_tests_keep_time_for_later_sections_only_when_some_will_run():
+    from benchmarks.device_check import cuda_tests_seconds
+
+    assert cuda_tests_seconds(80.0, later_sections=False) == 80.0  # --only environment cuda_tests
+    assert cuda_tests_seconds(80.0, later_sections=True) == 30.0  # the floor
+    assert cuda_tests_seconds(200.0, later_sections=True) == 140.0
+    assert cuda_tests_seconds(1000.0, later_sections=False) == 150.0  # the ceiling
+
+
+def test_a_stopped_pytest_run_is_counted_from_its_progress_lines():
+    from benchmarks.device_check import pytest_progress
+
+    printed = "tests/test_cuda_paths.py\n..F.s.....                                [ 40%]\n..E.\nImportError in a name...\n"
+    assert pytest_progress(printed) == {"passed": 11, "failed": 2, "skipped": 1}
+    assert pytest_progress("") == {"passed": 0, "failed": 0, "skipped": 0}
