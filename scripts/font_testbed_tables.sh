@@ -1,7 +1,8 @@
 #!/bin/bash
 # The font testbed's tables (issue 32): each group's configs x SEEDS (default 0-4) x pretrained BACKBONES (default
 # the brief glyph recipe and its pretraining seed 1), paired within a backbone against the baseline whose name is
-# the longest prefix of the run's, pooled over the backbones (the replication rules of issue 29).
+# the longest prefix of the run's (or the one a RUN=BASELINE entry names), pooled over the backbones (the
+# replication rules of issue 29).
 #   bash scripts/install_system_packages.sh        # once: the font packages font_glyphs renders
 #   bash scripts/font_testbed_tables.sh [GROUP...]  # groups, in this order by default: ms sft gsp ccp reference longtail
 # Runs go to $OUT (default runs/font_testbed)/all/<backbone>/<config>-seed<s>/, shared by the groups (the baseline
@@ -25,15 +26,15 @@ group() {
       font_testbed font_testbed_gsp font_testbed_gsp_zs font_testbed_contrastive_c2 font_testbed_contrastive_c2_gsp \
       font_testbed_contrastive_c2_gsp_zs font_testbed_triplet font_testbed_triplet_gsp font_testbed_triplet_gsp_zs \
       font_testbed_proxy_anchor font_testbed_proxy_anchor_gsp font_testbed_proxy_anchor_gsp_zs ;;
-    ccp)  # one table a loss: the CCP names do not extend their baselines' (font_testbed_val: MS validated as CCP is)
-      table all ccp_ms font_testbed_val font_testbed_val font_testbed_ccp font_testbed_ccp_patience1
-      table all ccp_triplet font_testbed_triplet_val font_testbed_triplet_val font_testbed_triplet_ccp_sample
-      table all ccp_c2 font_testbed_contrastive_c2_val font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp ;;
-    reference)  # every loss against MS, then FastAP's Hard batches against its Random ones
-      table all reference font_testbed font_testbed font_testbed_contrastive_c2 font_testbed_triplet font_testbed_margin \
-        font_testbed_proxy_anchor font_testbed_normalized_softmax font_testbed_fastap_random font_testbed_fastap_hard \
-        font_testbed_ce_weak
-      table all fastap_hard_vs_random font_testbed_fastap_random font_testbed_fastap_random font_testbed_fastap_hard ;;
+    ccp)  # each CCP row against its loss validated as CCP is (*_val); the names do not tell it, so the pairs are named
+      table all ccp "font_testbed_ccp=font_testbed_val font_testbed_ccp_patience1=font_testbed_val \
+font_testbed_triplet_ccp_sample=font_testbed_triplet_val font_testbed_contrastive_c2_ccp=font_testbed_contrastive_c2_val" \
+        font_testbed_val font_testbed_ccp font_testbed_ccp_patience1 font_testbed_triplet_val font_testbed_triplet_ccp_sample \
+        font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp ;;
+    reference)  # every loss against MS, FastAP's Hard batches against its Random ones
+      table all reference "font_testbed font_testbed_fastap_hard=font_testbed_fastap_random" font_testbed \
+        font_testbed_contrastive_c2 font_testbed_triplet font_testbed_margin font_testbed_proxy_anchor \
+        font_testbed_normalized_softmax font_testbed_fastap_random font_testbed_fastap_hard font_testbed_ce_weak ;;
     longtail) table all longtail "font_testbed_longtail font_testbed_longtail_balanced" font_testbed_longtail \
       font_testbed_longtail_balanced font_testbed_longtail_sft font_testbed_longtail_sft_unbalanced \
       font_testbed_longtail_translation font_testbed_longtail_balanced_sft_unbalanced ;;

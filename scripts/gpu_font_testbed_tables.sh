@@ -17,7 +17,9 @@
 # backbone and a short ROWS list ends its rows; the whole list is about 15 minutes of the machine per backbone.
 set -u
 cd "$(dirname "$0")/.."
-dpkg -i --force-depends .debs/*.deb > /dev/null || { echo "gpu_font_testbed_tables: installing .debs failed" >&2; exit 1; }
+if [ "${INSTALL_DEBS:-1}" = 1 ]; then  # INSTALL_DEBS=0 and BATCH=stub: tests/test_table_scripts.py
+  dpkg -i --force-depends .debs/*.deb > /dev/null || { echo "gpu_font_testbed_tables: installing .debs failed" >&2; exit 1; }
+fi
 T=configs/font_testbed
 # Main rows first (what finishes inside TRAIN_SECONDS is tabulated): the runs go backbone by backbone, row by row.
 ROWS=${ROWS:-"font_testbed font_testbed_contrastive_c2 font_testbed_gsp font_testbed_sft font_testbed_triplet \
@@ -28,10 +30,17 @@ CONFIGS=()
 for name in $ROWS; do CONFIGS+=("$T/$name.yaml"); done
 export BACKBONES=${BACKBONES:-"glyphs-resnet20-brief glyphs-resnet20-brief@seed1"}
 export SEEDS=${SEEDS:-"0 1 2 3 4"} TRAIN_SECONDS=${TRAIN_SECONDS:-480} JOBS=${JOBS:-12}
-export BASELINE=${BASELINE:-"font_testbed font_testbed_npair font_testbed_triplet font_testbed_contrastive_c2 \
-font_testbed_proxy_anchor"}
-bash scripts/gpu_protocol_batch.sh "${CONFIGS[@]}"  # pairs each row with the baseline its name extends
-# The CCP names extend font_testbed, not their baseline font_testbed_val (MS validated as CCP is): their own table.
-PYTHONPATH=$PWD/src:/tmp/site DMLKIT_CACHE=$PWD/.cache/dmlkit python3 -m dmlkit protocol holdout $T/font_testbed_val.yaml \
-  $T/font_testbed_ccp.yaml $T/font_testbed_ccp_patience1.yaml --seeds $SEEDS --backbones $BACKBONES --out /tmp/runs \
-  --columns all --reuse-only --baseline font_testbed_val > /dev/null && cp /tmp/runs/results.md "${OUT_DIR:-.}/ccp_ms.md"
+# The CCP names extend font_testbed, not their baseline font_testbed_val (MS validated as CCP is): named pairs.
+# Of these defaults, the entries whose runs are all among ROWS are kept.
+PAIRS="font_testbed font_testbed_npair font_testbed_triplet font_testbed_contrastive_c2 font_testbed_proxy_anchor \
+font_testbed_ccp=font_testbed_val font_testbed_ccp_patience1=font_testbed_val"
+if [ -z "${BASELINE:-}" ]; then
+  BASELINE=""
+  for entry in $PAIRS; do
+    kept=1
+    for name in ${entry//=/ }; do case " $(echo $ROWS) " in *" $name "*) ;; *) kept=0 ;; esac; done
+    [ $kept = 1 ] && BASELINE+="$entry "
+  done
+fi
+export BASELINE
+exec bash "${BATCH:-scripts/gpu_protocol_batch.sh}" "${CONFIGS[@]}"  # pairs each row with its baseline

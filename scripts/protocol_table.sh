@@ -2,7 +2,8 @@
 #   table FOLDER LABEL "BASELINES" CONFIG...
 # trains the missing runs of CONFIG (names of $T/<name>.yaml) x $SEEDS x $BACKBONES with $JOBS processes into
 # $OUT/FOLDER/<backbone>/<config>-seed<s>/ (finished runs are reused, so a stopped batch resumes), pairs each
-# run with the baseline whose name is the longest prefix of its own, and copies the table to $OUT/LABEL.md and
+# run with the baseline whose name is the longest prefix of its own (a RUN=BASELINE entry of BASELINES pairs a run
+# the names do not tell), and copies the table to $OUT/LABEL.md and
 # .json. REUSE=1 trains nothing and tabulates the finished runs. The sourcing script sets T, OUT and BACKBONES;
 # DMLKIT, SEEDS (default 0-4) and JOBS (default 2) default here.
 DMLKIT=${DMLKIT:-.venv/bin/dmlkit}

@@ -22,6 +22,30 @@ def test_each_run_is_paired_with_the_baseline_its_name_extends_in_any_order():
     assert assign_baselines(names, []) == {}
 
 
+def test_an_explicit_pair_wins_over_the_prefix_rule_and_alone_pairs_only_itself():
+    names = ["ms", "ms_val", "ms_ccp", "ms_ccp_patience1", "ms_gsp"]
+    # by prefix, ms_ccp would pair with ms and ms_ccp_patience1 with ms too: the explicit pairs win
+    assert assign_baselines(names, ["ms", "ms_ccp=ms_val", "ms_ccp_patience1=ms_val"]) == {
+        "ms_val": "ms", "ms_ccp": "ms_val", "ms_ccp_patience1": "ms_val", "ms_gsp": "ms"
+    }
+    assert assign_baselines(names, ["ms_ccp=ms_val"]) == {"ms_ccp": "ms_val"}  # only pairs: the rest unpaired
+
+
+def test_bad_explicit_pairs_name_the_problem():
+    names = ["a", "b", "c"]
+    with pytest.raises(ValueError, match="not among the runs.*valid: a, b, c"):
+        assign_baselines(names, ["a=z"])
+    with pytest.raises(ValueError, match="not among the runs"):
+        assign_baselines(names, ["z=a"])
+    with pytest.raises(ValueError, match="pairs a run with itself"):
+        assign_baselines(names, ["a=a"])
+    with pytest.raises(ValueError, match="two baselines"):
+        assign_baselines(names, ["a=b", "a=c"])
+    with pytest.raises(ValueError, match="must read RUN=BASELINE"):
+        assign_baselines(names, ["=b"])
+    assert assign_baselines(names, ["a=b", "a=b"]) == {"a": "b"}  # the same pair twice is one pair
+
+
 def test_bad_baselines_name_the_problem():
     with pytest.raises(ValueError, match="not among the runs.*valid: a, b"):
         assign_baselines(["a", "b"], ["c"])

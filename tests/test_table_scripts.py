@@ -1,4 +1,5 @@
-"""The table scripts (``scripts/testbed_verdicts.sh``, ``scripts/font_testbed_tables.sh``): every protocol call
+"""The table scripts (``scripts/testbed_verdicts.sh``, ``scripts/font_testbed_tables.sh``, and the configs and pairs
+``scripts/gpu_font_testbed_tables.sh`` hands to the GPU batch): every protocol call
 they make names config files that exist and baselines that pair every run (``assign_baselines``), checked by
 running the scripts with ``DMLKIT`` pointing at a stub that records its arguments instead of training."""
 
@@ -41,14 +42,51 @@ def _option(args: list[str], flag: str) -> list[str]:
     return args[start:end]
 
 
-@pytest.mark.parametrize("script, tables", [("scripts/testbed_verdicts.sh", 5), ("scripts/font_testbed_tables.sh", 9)])
+@pytest.mark.parametrize("script, tables", [("scripts/testbed_verdicts.sh", 5), ("scripts/font_testbed_tables.sh", 6)])
 def test_every_table_call_names_existing_configs_and_pairs_every_run(tmp_path, script, tables):
     calls = _calls(script, tmp_path)
     assert len(calls) == tables
+    paired: set[tuple[str, str]] = set()
     for args in calls:
         assert args[:2] == ["protocol", "holdout"]
         configs = _option(args, "holdout")
         assert configs and all((ROOT / c).is_file() for c in configs), configs
         names = [load_config(ROOT / c).name for c in configs]
-        pairs = assign_baselines(names, _option(args, "--baseline"))  # raises when a run has no baseline
-        assert set(pairs) | set(_option(args, "--baseline")) == set(names)
+        _check_every_run_is_paired_or_a_baseline(names, _option(args, "--baseline"))
+        paired |= set(assign_baselines(names, _option(args, "--baseline")).items())
+    # the pairs a name prefix would get wrong: CCP against its loss validated as CCP is, FastAP Hard against Random
+    assert all(base.endswith(("_val", "_val25")) for run, base in paired if "_ccp" in run), paired
+    assert any(run.endswith("fastap_hard") and base.endswith("fastap_random") for run, base in paired), paired
+
+
+def _check_every_run_is_paired_or_a_baseline(names: list[str], baselines: list[str]) -> None:
+    pairs = assign_baselines(names, baselines)  # raises when a run has no baseline
+    assert set(pairs) | set(pairs.values()) | {b for b in baselines if "=" not in b} == set(names)
+
+
+GPU_STUB = """#!/bin/bash
+# records the configs and the environment gpu_protocol_batch.sh would run with
+{ printf '%q ' "$@"; echo; echo "$BASELINE"; echo "$BACKBONES"; } > "$CALLS"
+"""
+
+
+@pytest.mark.parametrize("rows", [None, "font_testbed font_testbed_gsp font_testbed_val font_testbed_ccp"])
+def test_the_gpu_font_script_names_existing_configs_and_pairs_every_run(tmp_path, rows):
+    stub = tmp_path / "batch.sh"
+    stub.write_text(GPU_STUB)
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "BATCH": str(stub), "CALLS": str(calls), "INSTALL_DEBS": "0"}
+    env.pop("BASELINE", None)
+    if rows:
+        env["ROWS"] = rows
+    done = subprocess.run(["bash", "scripts/gpu_font_testbed_tables.sh"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    configs_line, baseline_line, _ = calls.read_text().splitlines()
+    configs = shlex.split(configs_line)
+    assert configs and all((ROOT / c).is_file() for c in configs), configs
+    names = [load_config(ROOT / c).name for c in configs]
+    if rows:
+        assert names == rows.split()
+    _check_every_run_is_paired_or_a_baseline(names, baseline_line.split())
+    assert assign_baselines(names, baseline_line.split())["font_testbed_ccp"] == "font_testbed_val"

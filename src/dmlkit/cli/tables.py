@@ -21,7 +21,8 @@ def _protocol_arguments(protocol: argparse.ArgumentParser) -> None:
     add_jobs(protocol)
     protocol.add_argument("--baseline", dest="baselines", nargs="+", default=[], metavar="NAME",
                           help="config name(s) of baselines: adds a table of per-seed paired differences, each run "
-                               "against the baseline whose name is the longest prefix of its own")
+                               "against the baseline whose name is the longest prefix of its own; RUN=BASELINE "
+                               "pairs a run explicitly (e.g. ccp=ms_validated)")
     protocol.add_argument("--backbones", nargs="+", default=[], metavar="NAME",
                           help="pretrained backbones (e.g. glyphs-resnet20 glyphs-resnet20@seed1 glyphs-resnet20@seed2): "
                                "every config x seed runs on each; the paired table is pooled over them")

@@ -13,7 +13,9 @@ where ``k/n`` counts the seeds with ``d_s > 0`` among the ``n`` seeds both runs 
 Baselines are chosen by name, so the order of the configs (a shell glob's, which depends
 on the locale) does not matter: each run is paired with the baseline whose name is the
 longest prefix of its own (``triplet_sft`` with ``triplet``, ``npair_sft_d`` with ``npair``);
-with a single baseline, every other run is paired with it.
+with a single baseline, every other run is paired with it. A pair the names do not tell is
+written out, ``RUN=BASELINE`` (``ccp=ms_validated``); it wins over the prefix rule, and when only
+such pairs are given the other runs get no baseline.
 """
 
 from __future__ import annotations
@@ -24,29 +26,50 @@ from typing import Any, Sequence
 from dmlkit.protocols.table import SEED_KEY, check_columns, format_mean_std, markdown_grid, mean_std
 
 
+def explicit_pairs(baselines: Sequence[str]) -> dict[str, str]:
+    """``{run: baseline}`` of the ``RUN=BASELINE`` entries of ``baselines``."""
+    pairs: dict[str, str] = {}
+    for entry in baselines:
+        if "=" not in entry:
+            continue
+        run, _, base = entry.partition("=")
+        if not run or not base or "=" in base:
+            raise ValueError(f"baseline pair '{entry}' must read RUN=BASELINE (two config names)")
+        if run == base:
+            raise ValueError(f"baseline pair '{entry}' pairs a run with itself; name another run as its baseline")
+        if pairs.get(run, base) != base:
+            raise ValueError(f"run '{run}' is given two baselines ({pairs[run]}, {base}); keep one")
+        pairs[run] = base
+    return pairs
+
+
 def assign_baselines(names: Sequence[str], baselines: Sequence[str]) -> dict[str, str]:
-    """``{run: baseline}``: the baseline whose name is the longest prefix of the run's (the only one, if one)."""
-    unknown = [b for b in baselines if b not in names]
+    """``{run: baseline}``: a ``RUN=BASELINE`` entry's pair, else the baseline whose name is the longest prefix of
+    the run's (the only one, if one)."""
+    explicit = explicit_pairs(baselines)
+    plain = [b for b in baselines if "=" not in b]
+    unknown = [b for b in dict.fromkeys([*plain, *explicit, *explicit.values()]) if b not in names]
     if unknown:
         raise ValueError(
             f"baseline(s) {', '.join(unknown)} are not among the runs of this table; give a config name "
             f"(valid: {', '.join(names)})"
         )
     pairs: dict[str, str] = {}
-    if not baselines:
-        return pairs
     for name in names:
-        if name in baselines:
+        if name in explicit:
+            pairs[name] = explicit[name]
             continue
-        prefixed = [b for b in baselines if name.startswith(b)]
+        if name in plain or not plain:
+            continue
+        prefixed = [b for b in plain if name.startswith(b)]
         if prefixed:
             pairs[name] = max(prefixed, key=len)
-        elif len(baselines) == 1:
-            pairs[name] = baselines[0]
+        elif len(plain) == 1:
+            pairs[name] = plain[0]
         else:
             raise ValueError(
-                f"no baseline name is a prefix of '{name}' (baselines: {', '.join(baselines)}); name each run "
-                f"<baseline>..., or give one baseline to compare every run with"
+                f"no baseline name is a prefix of '{name}' (baselines: {', '.join(plain)}); name each run "
+                f"<baseline>..., give one baseline to compare every run with, or pair it: {name}=BASELINE"
             )
     return pairs
 
