@@ -202,3 +202,17 @@ def test_the_longtail_configs_build_their_samplers():
         assert sampler.class_draw == draw
         direct = MPerClassBatchSampler(toy.labels, 12, 3, seed=cfg.seed, class_draw=draw)
         assert sampler.batches(0) == direct.batches(0)
+
+
+def test_the_runs_train_split_is_what_it_trained_on_unaugmented(toy_registered):
+    from dmlkit.assemble import run_split
+
+    cfg = load_config(None, [f"data.name={NAME}", "data.val_fraction=0.25", "data.tail_fraction=0.5",
+                             "data.tail_images=3", "data.augment=true"])
+    trained = build_datasets(cfg.data, seed=cfg.seed)["train"]
+    train = run_split(cfg, "train")  # after the hold-out (9 of 12 classes) and the cut (4 of them to 3 images)
+    assert torch.equal(train.labels, trained.labels) and train.class_names == trained.class_names
+    assert len(train) < len(build_datasets(load_config(None, [f"data.name={NAME}", "data.val_fraction=0.25"]).data)["train"])
+    assert not train.augment and trained.augment
+    assert [float(train[i][0].flatten()[0]) for i in range(len(train))] == [
+        float(trained.with_augment(False)[i][0].flatten()[0]) for i in range(len(train))]

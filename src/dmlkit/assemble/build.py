@@ -56,9 +56,12 @@ def build_splits(cfg: ExperimentConfig) -> Splits:
 
 
 def run_split(cfg: ExperimentConfig, split: str) -> Any:
-    """Split ``split`` of the run's dataset, un-augmented; ``"val"`` of a dataset without one is the run's own
-    validation set (its class-disjoint hold-out, sampled as the trainer validated on it)."""
+    """Split ``split`` of the run's dataset, un-augmented. ``data.train_split`` is the run's own training set (what
+    is left after its validation hold-out and its long-tail cut); ``"val"`` of a dataset without one is the run's
+    own validation set (its class-disjoint hold-out, sampled as the trainer validated on it)."""
     d = cfg.data
+    if split == d.train_split:
+        return build_datasets(d, seed=cfg.seed, test_split=cfg.eval.split)["train"].with_augment(False)
     if split == "val" and "val" not in dataset_splits(d.name):
         return validation_sample(cfg, build_splits(cfg)).val
     common = dict(root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes, **d.params)
