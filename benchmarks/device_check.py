@@ -280,11 +280,9 @@ def run_sections(sizes: Sizes, budget: float, out: Path, testbed_args: dict[str,
             ("testbed", lambda: testbed(folder=work / "testbed", seconds=deadline - time.monotonic() - 40,
                                         **testbed_args)),
         ]
-        chosen = [name for name, _ in plan if not only or name in only]
-        later = any(name not in ("environment", "cuda_tests") for name in chosen)
-        for name, section in plan:
-            if only and name not in only:
-                continue
+        chosen = [(name, section) for name, section in plan if not only or name in only]
+        later = any(name not in ("environment", "cuda_tests") for name, _ in chosen)
+        for name, section in chosen:
             started = time.perf_counter()
             try:
                 results[name] = {"ok": True, **section()}

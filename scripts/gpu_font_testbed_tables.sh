@@ -35,10 +35,10 @@ export SEEDS=${SEEDS:-"0 1 2 3 4"} TRAIN_SECONDS=${TRAIN_SECONDS:-480} JOBS=${JO
 PAIRS="font_testbed font_testbed_npair font_testbed_triplet font_testbed_contrastive_c2 font_testbed_proxy_anchor \
 font_testbed_ccp=font_testbed_val font_testbed_ccp_patience1=font_testbed_val"
 if [ -z "${BASELINE:-}" ]; then
-  BASELINE=""
+  BASELINE="" rows=" $(echo $ROWS) "
   for entry in $PAIRS; do
     kept=1
-    for name in ${entry//=/ }; do case " $(echo $ROWS) " in *" $name "*) ;; *) kept=0 ;; esac; done
+    for name in ${entry//=/ }; do case $rows in *" $name "*) ;; *) kept=0 ;; esac; done
     [ $kept = 1 ] && BASELINE+="$entry "
   done
 fi

@@ -52,16 +52,16 @@ def test_every_table_call_names_existing_configs_and_pairs_every_run(tmp_path, s
         configs = _option(args, "holdout")
         assert configs and all((ROOT / c).is_file() for c in configs), configs
         names = [load_config(ROOT / c).name for c in configs]
-        _check_every_run_is_paired_or_a_baseline(names, _option(args, "--baseline"))
-        paired |= set(assign_baselines(names, _option(args, "--baseline")).items())
+        paired |= set(_check_every_run_is_paired_or_a_baseline(names, _option(args, "--baseline")).items())
     # the pairs a name prefix would get wrong: CCP against its loss validated as CCP is, FastAP Hard against Random
     assert all(base.endswith(("_val", "_val25")) for run, base in paired if "_ccp" in run), paired
     assert any(run.endswith("fastap_hard") and base.endswith("fastap_random") for run, base in paired), paired
 
 
-def _check_every_run_is_paired_or_a_baseline(names: list[str], baselines: list[str]) -> None:
+def _check_every_run_is_paired_or_a_baseline(names: list[str], baselines: list[str]) -> dict[str, str]:
     pairs = assign_baselines(names, baselines)  # raises when a run has no baseline
     assert set(pairs) | set(pairs.values()) | {b for b in baselines if "=" not in b} == set(names)
+    return pairs
 
 
 GPU_STUB = """#!/bin/bash
@@ -88,5 +88,4 @@ def test_the_gpu_font_script_names_existing_configs_and_pairs_every_run(tmp_path
     names = [load_config(ROOT / c).name for c in configs]
     if rows:
         assert names == rows.split()
-    _check_every_run_is_paired_or_a_baseline(names, baseline_line.split())
-    assert assign_baselines(names, baseline_line.split())["font_testbed_ccp"] == "font_testbed_val"
+    assert _check_every_run_is_paired_or_a_baseline(names, baseline_line.split())["font_testbed_ccp"] == "font_testbed_val"
