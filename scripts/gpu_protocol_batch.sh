@@ -6,7 +6,8 @@
 # and carry `.whl` and `.cache/dmlkit/glyphs` (the rendered glyphs) with the command:
 #   TRAIN_SECONDS=400 JOBS=12 OUT_DIR=$OUT bash scripts/gpu_protocol_batch.sh CONFIG...
 # Runs train in JOBS parallel processes until TRAIN_SECONDS, then the finished runs are tabulated
-# (n seeds per row) into $OUT_DIR/results.md and results.json. BASELINE="name ..." adds the table of paired
+# (n seeds per row) into $OUT_DIR/results.md and results.json, the run folders (no checkpoints) into $OUT_DIR/runs
+# and the backbones' checksums into $OUT_DIR/backbones.txt. BASELINE="name ..." adds the table of paired
 # differences (`--baseline`); BACKBONES="name ..." runs every config x seed on each pretrained backbone and pools
 # the paired table over them (`--backbones`). A config naming a pretrained backbone builds it first, inside the time budget
 # (carry `.cache/dmlkit/pretrained` to reuse one; the cache key includes the torch version, so a machine
@@ -24,3 +25,11 @@ timeout -k 5 "${TRAIN_SECONDS:-400}" setsid python3 -m dmlkit protocol holdout "
 pkill -f "multiprocessing.spawn"; sleep 1
 python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --out /tmp/runs --columns all --reuse-only "${BASE[@]}"
 cp /tmp/runs/results.md /tmp/runs/results.json "${OUT_DIR:-.}/"
+# The run folders without their checkpoints (config, metrics, summary, environment: what the tables are made of),
+# and the tensor checksum of every pretrained backbone the runs used: a backbone built on this machine is not the
+# one of another machine with the same name (the cache key holds the torch version, cuDNN picks its algorithms).
+tar --exclude='*.pt' -cf - -C /tmp runs | tar -xf - -C "${OUT_DIR:-.}"
+for entry in "$DMLKIT_CACHE"/pretrained/*.pt; do
+  [ -f "$entry" ] && python3 -c "import sys, torch; e = torch.load(sys.argv[1], map_location='cpu', weights_only=True); \
+print(sys.argv[1].rsplit('/', 1)[-1], 'tensors sha256', e['checksum'])" "$entry"
+done > "${OUT_DIR:-.}/backbones.txt"
