@@ -6,7 +6,7 @@
 # and carry `.whl` and `.cache/dmlkit/glyphs` (the rendered glyphs) with the command:
 #   TRAIN_SECONDS=400 JOBS=12 OUT_DIR=$OUT bash scripts/gpu_protocol_batch.sh CONFIG...
 # Runs train in JOBS parallel processes until TRAIN_SECONDS, then the finished runs are tabulated
-# (n seeds per row) into $OUT_DIR/results.md and results.json, the run folders (no checkpoints) into $OUT_DIR/runs
+# (n seeds per row) into $OUT_DIR/results.md and results.json, the run folders (no checkpoints) into $OUT_DIR/runs.tar.gz
 # and the backbones' checksums into $OUT_DIR/backbones.txt. BASELINE="name ..." adds the table of paired
 # differences (`--baseline`); BACKBONES="name ..." runs every config x seed on each pretrained backbone and pools
 # the paired table over them (`--backbones`). A config naming a pretrained backbone builds it first, inside the time budget
@@ -28,7 +28,7 @@ cp /tmp/runs/results.md /tmp/runs/results.json "${OUT_DIR:-.}/"
 # The run folders without their checkpoints (config, metrics, summary, environment: what the tables are made of),
 # and the tensor checksum of every pretrained backbone the runs used: a backbone built on this machine is not the
 # one of another machine with the same name (the cache key holds the torch version, cuDNN picks its algorithms).
-tar --exclude='*.pt' -cf - -C /tmp runs | tar -xf - -C "${OUT_DIR:-.}"
+tar --exclude='*.pt' -czf "${OUT_DIR:-.}/runs.tar.gz" -C /tmp runs  # one file: the device tool brings back no deep folders
 for entry in "$DMLKIT_CACHE"/pretrained/*.pt; do
   [ -f "$entry" ] && python3 -c "import sys, torch; e = torch.load(sys.argv[1], map_location='cpu', weights_only=True); \
 print(sys.argv[1].rsplit('/', 1)[-1], 'tensors sha256', e['checksum'])" "$entry"
