@@ -132,6 +132,20 @@ def test_protocol_pairs_within_each_backbone_and_pools_over_them(tmp_path, monke
     assert pooled["verdict"][MAP] == verdict(list(deltas.values()))
     assert "| other [tiny-factor@seed1] | base [tiny-factor@seed1] | 2 |" in table
     assert "Pooled over the backbones tiny-factor, tiny-factor@seed1" in table
+    # every run records the weights it started from: its backbone's name and the entry's tensor checksum
+    for b in backbones:
+        weights = {"name": b, "checksum": P.read_pretrained(b)["checksum"]}
+        for n in ("base", "other"):
+            for s in (0, 1):
+                assert json.loads((out / b / f"{n}-seed{s}" / "environment.json").read_text())["pretrained"] == weights
+    # a run moved in from another machine: the same backbone name, other weights -> the table is refused
+    moved = out / "tiny-factor" / "other-seed1" / "environment.json"
+    environment = json.loads(moved.read_text())
+    environment["pretrained"]["checksum"] = "f" * 64
+    moved.write_text(json.dumps(environment))
+    with pytest.raises(ValueError, match=r"'tiny-factor' started from 2 different sets .*ffffffffffff in other-seed1\)"):
+        run_protocol("holdout", configs, out, seeds=[0, 1], overrides=[*overrides, "train.lr=0.01"],
+                     baselines=["base"], backbones=backbones, reuse=True)
 
 
 def test_bad_backbone_lists_fail_before_anything_trains(tmp_path):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from dmlkit.assemble.eval_model import evaluation_model
-from dmlkit.assemble.pretrained import resolve_pretrained
+from dmlkit.assemble.pretrained import pretrained_identity, resolve_pretrained
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.data import build_datasets, create_batch_sampler, create_dataset
 from dmlkit.data.catalog import dataset_splits
@@ -165,7 +165,7 @@ def build_run(cfg: ExperimentConfig) -> RunParts:
         batch_sampler=sampler, param_groups=parameter_groups(built.model, objective, t, claimed),
         stopper=_stopper(cfg, methods), eval_model=lambda model: evaluation_model(model, objective, source, methods),
         callbacks=[cb for m in methods for cb in m.callbacks()], encode=encode, forward_methods=forward_methods,
-        plots=cfg.plots, num_workers=cfg.data.num_workers,
+        plots=cfg.plots, num_workers=cfg.data.num_workers, pretrained=pretrained_identity(cfg.model),
     )
 
 

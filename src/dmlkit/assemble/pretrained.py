@@ -64,7 +64,8 @@ from dmlkit.models.config import ModelConfig
 
 __all__ = [
     "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "canonical_pretrained_name", "config_drift", "is_pretrained_name",
-    "list_pretrained", "pretrained_key", "pretrained_path", "pretrained_recipe", "read_pretrained", "resolve_pretrained",
+    "list_pretrained", "pretrained_identity", "pretrained_key", "pretrained_path", "pretrained_recipe", "read_pretrained",
+    "resolve_pretrained",
     "split_pretrained_name", "state_checksum", "training_conditions",
 ]
 
@@ -291,3 +292,23 @@ def resolve_pretrained(model: ModelConfig, in_channels: int) -> ModelConfig:
             f"for {in_channels}; delete it and {_what_to_run(name)}"
         )
     return dataclasses.replace(model, pretrained=str(path))
+
+
+def pretrained_identity(model: ModelConfig) -> dict[str, str] | None:
+    """Which weights ``model`` starts from, as a run records them (``environment.json``'s ``pretrained``):
+    ``{"name", "checksum"}`` for a named backbone (the tensor checksum of its cache entry), ``{"file", "sha256"}``
+    for a weights file, ``None`` for the backbone factory's published weights or none.
+
+    A name does not tell the weights apart across machines: the cache key holds the recipe and the library versions,
+    but two pretrainings of one recipe on a GPU end on different weights (cuDNN's autotuner picks among convolution
+    algorithms that sum in other orders), and a run folder moved from another machine was fine-tuned from that
+    machine's entry. ``dmlkit.protocols.backbone_weights`` pairs runs only when these agree.
+    """
+    chosen = model.pretrained
+    if not isinstance(chosen, str):
+        return None
+    if not is_pretrained_name(chosen):
+        return {"file": chosen, "sha256": hashlib.sha256(Path(chosen).expanduser().read_bytes()).hexdigest()}
+    name = canonical_pretrained_name(chosen)
+    entry = read_pretrained(name)
+    return None if entry is None else {"name": name, "checksum": str(entry["checksum"])}

@@ -46,7 +46,8 @@ class RunParts:
 
     ``eval_model(model)`` wraps a (bare or Fabric-wrapped) model into the module whose outputs are
     evaluated; ``forward_methods`` are model methods besides ``forward`` that ``encode`` calls
-    (Fabric must be told about them); ``config_text`` is written to the run folder's config.yaml.
+    (Fabric must be told about them); ``config_text`` is written to the run folder's config.yaml;
+    ``pretrained`` (``assemble.pretrained.pretrained_identity``) to its environment.json.
     """
 
     name: str
@@ -64,3 +65,4 @@ class RunParts:
     forward_methods: tuple[str, ...] = ()
     plots: bool = True
     num_workers: int = 0
+    pretrained: dict[str, str] | None = None

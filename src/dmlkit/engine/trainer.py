@@ -116,6 +116,8 @@ class Trainer:
             torch.backends.cudnn.benchmark = True
         environment = current_environment(self.fabric.world_size, getattr(self.fabric.strategy, "num_nodes", 1),
                                           self.fabric.device, t.precision)
+        if parts.pretrained is not None:  # the weights fine-tuned from: protocols pair runs only on the same ones
+            environment["pretrained"] = parts.pretrained
         resume = open_run_folder(self.folder, environment, parts.config_text, self.resuming, self.fabric.is_global_zero)
         self.fabric.barrier()
         groups = exclude_from_weight_decay(parts.param_groups, parts.model, parts.objective)  # no_weight_decay()

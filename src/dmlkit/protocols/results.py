@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dmlkit.config import load_config
+from dmlkit.protocols.backbone_weights import check_same_weights
 from dmlkit.protocols.backbones import across_backbones, backbone_label, backbones_table
 from dmlkit.protocols.conventional import FACT_PREFIX, PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.fair import run_fair
@@ -43,6 +44,7 @@ def _collect(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Seq
             per_seed = run_single_model(protocol, path, overrides, seeds, out, obtain)
             rows.append((f"{label} (n={len(per_seed)})", summarise(per_seed)))
             raw[name] = per_seed
+    check_same_weights(d for name in raw for d in out.glob(f"{name}-seed*") if d.is_dir())
     return rows, raw
 
 
