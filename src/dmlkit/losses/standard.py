@@ -119,8 +119,10 @@ def multi_similarity(
 def npair(**options: Any) -> NPairLoss:
     """N-pair loss (Sohn, NeurIPS 2016): softmax over one positive per class against the other classes' positives.
 
-    No hyper-parameters (PML).  Sohn adds an L2 penalty on the embeddings; pass
-    ``embedding_regularizer=LpRegularizer()`` (and ``embedding_reg_weight``) for it.
+    No hyper-parameters (PML), which scores l2-normalised embeddings.  Sohn scores unnormalised ones and adds
+    an L2 penalty on them; in a config: ``model.normalize: none`` and ``loss.params: {distance: {name: dot,
+    normalize_embeddings: false}, embedding_regularizer: {name: lp, power: 2}, embedding_reg_weight: 0.001}``
+    (configs/font_testbed/font_testbed_npair_sohn.yaml).
     Uses one positive pair per label in the batch. PML's loss value for value, and it also takes
     ``ref_emb`` (positives from a reference batch; SFT's joint scoring): :mod:`dmlkit.losses.npair_loss`.
     """
