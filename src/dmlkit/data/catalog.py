@@ -100,29 +100,42 @@ def prepare_dataset(name: str, root: str | Path | None = None, **kwargs: Any) ->
     return prepare(root=root, **kwargs)
 
 
+def training_set(config: DataConfig, seed: int = 0) -> tuple[DMLDataset, DMLDataset | None]:
+    """The run's own training set and the validation classes held out of it (``None`` when there are none).
+
+    The training set is split ``config.train_split`` (augmented if ``config.augment``) without the last
+    ``val_fraction`` of its classes (or fold ``fold`` of them), cut long-tailed when ``config.tail_fraction > 0``
+    (``dmlkit.data.long_tail``); the held-out classes are never augmented nor cut. With ``config.val_split`` the
+    validation set is another split and nothing is held out. ``build_datasets`` and ``assemble.run_split`` (the
+    training set a finished run is evaluated or inspected on) both start here, so the hold-out and the cut have
+    one definition.
+    """
+    common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
+    train = create_dataset(config.name, config.train_split, augment=config.augment, **common)
+    held_out = None
+    if config.val_split is None and config.folds:
+        train, held_out = class_fold_split(train, config.folds, config.fold)
+    elif config.val_split is None and config.val_fraction > 0:
+        train, held_out = class_disjoint_split(train, config.val_fraction)
+    if config.tail_fraction > 0:
+        train = cut_long_tail(train, config.tail_fraction, config.tail_images)
+    return train, None if held_out is None else held_out.with_augment(False)
+
+
 def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") -> dict[str, DMLDataset]:
     """The ``train`` / ``val`` / ``test`` datasets of ``config`` (``val`` only if ``val_split``, ``val_fraction > 0``
     or ``folds``).
 
-    ``train`` is split ``config.train_split``, augmented if ``config.augment``. ``val`` is split
-    ``config.val_split`` when set, else the last ``val_fraction`` of the train classes (or fold
-    ``fold`` of them), never augmented; ``train`` then keeps the other train classes. ``test`` is
-    the (un-augmented) ``test_split``. With ``config.tail_fraction > 0`` the final ``train`` (after the hold-out)
-    is cut long-tailed (``dmlkit.data.long_tail``); ``val`` and ``test`` never are.
+    ``train`` and a held-out ``val`` are ``training_set``'s; ``val`` is split ``config.val_split`` when set (never
+    augmented). ``test`` is the (un-augmented) ``test_split``.
     """
     common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
-    train = create_dataset(config.name, config.train_split, augment=config.augment, **common)
+    train, held_out = training_set(config, seed)
     out: dict[str, DMLDataset] = {"train": train}
     if config.val_split is not None:
         out["val"] = create_dataset(config.name, config.val_split, augment=False, **common)
-    elif config.folds:
-        train_part, val_part = class_fold_split(train, config.folds, config.fold)
-        out["train"], out["val"] = train_part, val_part.with_augment(False)
-    elif config.val_fraction > 0:
-        train_part, val_part = class_disjoint_split(train, config.val_fraction)
-        out["train"], out["val"] = train_part, val_part.with_augment(False)
-    if config.tail_fraction > 0:
-        out["train"] = cut_long_tail(out["train"], config.tail_fraction, config.tail_images)
+    elif held_out is not None:
+        out["val"] = held_out
     out["test"] = create_dataset(config.name, test_split, augment=False, **common)
     return out
 
