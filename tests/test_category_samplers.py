@@ -249,3 +249,26 @@ def test_glyphs_train_split_hard_sampling():
     assert len(big.skipped_categories) == 2 and len(big) == math.comb(11, 2)
     r = RandomClassBatchSampler.from_dataset(ds, batch_size=128)
     assert len(r) == len(ds) // 128 and all(len(b) == 128 for b in r)
+
+
+def test_classes_with_many_images_warn_and_name_the_cap():
+    """Whole classes of 50 images fill a batch of 60 with one or two: both samplers warn, and the cap they name
+    brings each batch to 20 classes (no warning); few-shot classes (4 images) never warn."""
+    import warnings
+
+    many = torch.arange(40).repeat_interleave(50)  # 40 classes x 50 images
+    cats = torch.arange(40) % 4  # 4 categories of 10 classes
+    for make in (lambda **k: RandomClassBatchSampler(many, 60, **k),
+                 lambda **k: HardCategoryBatchSampler(many, cats, 60, **k)):
+        with pytest.warns(RuntimeWarning, match=r"holds about 1\.2 classes .*max_images_per_class \(e\.g\. 3 for 20"):
+            loose = make()
+        assert min(len(set(many[b].tolist())) for b in loose.batches(0)) <= 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            capped = make(max_images_per_class=3)
+        assert {len(set(many[b].tolist())) for b in capped.batches(0)} == {20}
+    few = torch.arange(40).repeat_interleave(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        RandomClassBatchSampler(few, 60)
+        HardCategoryBatchSampler(few, cats, 60, small_categories="replace")

@@ -48,6 +48,10 @@ How this module reads Sec. A where the text leaves a choice open:
   category gets ``ceil(2 N_c / M)`` minibatches (at least one, and enough for its
   images to be drawn about once), shuffled; ``N_c`` counts images after the cap.
 
+*Data with many images a class* (CUB: about 30, the font testbed: 87): whole classes fill a batch with one or two
+of them, and FastAP ranks almost no negatives. Both samplers warn (``few_classes_warning``) when a batch of the
+median class size holds fewer than ``FEW_CLASSES`` classes, and name the cap that fixes it.
+
 All randomness of epoch ``e`` comes from ``make_generator(seed, e)`` (no global
 RNG), so the batches are a pure function of ``(seed, epoch)`` and a run resumed
 from ``state_dict()`` replays exactly the batches it would have seen.
@@ -56,6 +60,7 @@ from ``state_dict()`` replays exactly the batches it would have seen.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -68,7 +73,23 @@ from dmlkit.data.samplers.class_pool import (
 from dmlkit.data.samplers.m_per_class import EpochBatchSampler
 from dmlkit.data.seeding import check_seed, make_generator
 
-__all__ = ["RandomClassBatchSampler", "HardCategoryBatchSampler"]
+__all__ = ["FEW_CLASSES", "RandomClassBatchSampler", "HardCategoryBatchSampler", "few_classes_warning"]
+
+#: A batch expected to hold fewer classes than this (at the median class size) draws a warning.
+FEW_CLASSES = 4
+
+
+def few_classes_warning(pool: ClassPool, batch_size: int, sampler: str) -> None:
+    """Warn (``RuntimeWarning``) when whole classes of the median size fill a batch with fewer than ``FEW_CLASSES``."""
+    median = float(torch.as_tensor(pool.usable, dtype=torch.float64).median())
+    classes = batch_size / max(median, 1.0)
+    if classes < FEW_CLASSES:
+        warnings.warn(
+            f"{sampler}: a sampled class brings all its images (median {median:.0f} a class), so a batch of {batch_size} "
+            f"holds about {classes:.1f} classes and FastAP has few negatives to rank; cap what a class brings with "
+            f"train.sampler_params.max_images_per_class (e.g. {max(1, batch_size // 20)} for 20 classes a batch)",
+            RuntimeWarning, stacklevel=3,
+        )
 
 
 class RandomClassBatchSampler(EpochBatchSampler):
@@ -105,6 +126,7 @@ class RandomClassBatchSampler(EpochBatchSampler):
         check_optional_positive_int("max_images_per_class", max_images_per_class)
         check_seed(seed)
         self.pool = ClassPool(lab, max_images_per_class)
+        few_classes_warning(self.pool, batch_size, "fastap_random")
         total = int(self.pool.usable.sum())
         if batch_size > total:
             raise ValueError(
@@ -297,6 +319,7 @@ class HardCategoryBatchSampler(EpochBatchSampler):
         _check_categories(lab, cats)
         half = batch_size // 2
         self.pool = ClassPool(lab, max_images_per_class)
+        few_classes_warning(self.pool, batch_size, "fastap_hard")
         census = _CategoryCensus(self.pool, cats)
         self.image_counts = census.image_counts  # capped images per category
         self.categories, self.skipped_categories = _choose_categories(census, half, unlabelled, small_categories)
