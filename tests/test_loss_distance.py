@@ -1,4 +1,4 @@
-"""``loss.params.distance`` as a mapping builds the PML distance (losses/distances.py)."""
+"""``loss.params.distance`` as a mapping builds the PML distance (losses/pml_options.py)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""``loss.params.embedding_regularizer`` as a mapping builds the PML regularizer (losses/regularizers.py):
+"""``loss.params.embedding_regularizer`` as a mapping builds the PML regularizer (losses/pml_options.py):
 Sohn's N-pair loss (unnormalised dot products plus an L2 penalty) from a config, against a hand computation."""
 
 import pytest

@@ -13,8 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from dmlkit.losses.distances import build_distance
-from dmlkit.losses.regularizers import REGULARIZER_OPTIONS, build_regularizer
+from dmlkit.losses.pml_options import PML_OPTIONS, build_pml_option
 from dmlkit.losses.registry import create_loss, create_miner, default_miner, get_loss_entry, list_miners
 
 __all__ = ["DEFAULT_MINER", "LossConfig", "build_loss"]
@@ -29,9 +28,9 @@ class LossConfig:
     Attributes:
         name: a name of ``list_losses()``.
         params: hyper-parameters overriding the loss' documented defaults; ``distance`` may be a
-            mapping ``{name: lp, normalize_embeddings: false}`` (``dmlkit.losses.distances``),
+            mapping ``{name: lp, normalize_embeddings: false}``,
             ``embedding_regularizer`` / ``weight_regularizer`` one like ``{name: lp, power: 2}``
-            (``dmlkit.losses.regularizers``).
+            (``dmlkit.losses.pml_options``).
         miner: ``"default"`` = the loss' default miner (``multi_similarity`` for
             ``multi_similarity``, none for most), a name of ``list_miners()``, or
             None for no miner.
@@ -70,11 +69,9 @@ def build_loss(
     """
     entry = get_loss_entry(cfg.name)
     params = dict(cfg.params)
-    if isinstance(params.get("distance"), dict):
-        params["distance"] = build_distance(params["distance"])
-    for option in REGULARIZER_OPTIONS:
+    for option in PML_OPTIONS:  # a distance or regularizer named by a mapping
         if isinstance(params.get(option), dict):
-            params[option] = build_regularizer(option, params[option])
+            params[option] = build_pml_option(option, params[option])
     if entry.takes_miner:
         if cfg.miner != DEFAULT_MINER or cfg.miner_params:
             if "miner" in params or "miner_params" in params:
