@@ -11,11 +11,16 @@
 # differences (`--baseline`); BACKBONES="name ..." runs every config x seed on each pretrained backbone and pools
 # the paired table over them (`--backbones`). A config naming a pretrained backbone builds it first, inside the time budget
 # (carry `.cache/dmlkit/pretrained` to reuse one; the cache key includes the torch version, so a machine
-# with another torch builds its own and its tables pair runs on that backbone).
+# with another torch builds its own and its tables pair runs on that backbone). A GPU pretrains a recipe to other
+# weights each time (cuDNN's autotuner), so $OUT_DIR/backbones.tar brings the entries back: extract it into
+# .cache/dmlkit/pretrained/ here and carry that folder, and the next session fine-tunes the same backbone.
 set -u
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/src:/tmp/site DMLKIT_CACHE=$PWD/.cache/dmlkit OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1
+# RUNS_TAR=FILE: the runs.tar.gz of an earlier session, extracted into /tmp/runs first, so that its finished runs are
+# reused (only with that session's backbones.tar carried too: the runs record their backbone's checksum).
+[ -n "${RUNS_TAR:-}" ] && { tar -xzf "$RUNS_TAR" -C /tmp || exit 1; }
 SEEDS=${SEEDS:-"0 1 2"}
 BASE=()
 [ -n "${BASELINE:-}" ] && BASE=(--baseline $BASELINE)
@@ -28,8 +33,11 @@ cp /tmp/runs/results.md /tmp/runs/results.json "${OUT_DIR:-.}/"
 # The run folders without their checkpoints (config, metrics, summary, environment: what the tables are made of),
 # and the tensor checksum of every pretrained backbone the runs used: a backbone built on this machine is not the
 # one of another machine with the same name (the cache key holds the torch version, cuDNN picks its algorithms).
-tar --exclude='*.pt' -czf "${OUT_DIR:-.}/runs.tar.gz" -C /tmp runs  # one file: the device tool brings back no deep folders
+tar --exclude='*.pt' --exclude=plots -czf "${OUT_DIR:-.}/runs.tar.gz" -C /tmp runs  # one file (no deep folders come back)
 for entry in "$DMLKIT_CACHE"/pretrained/*.pt; do
   [ -f "$entry" ] && python3 -c "import sys, torch; e = torch.load(sys.argv[1], map_location='cpu', weights_only=True); \
 print(sys.argv[1].rsplit('/', 1)[-1], 'tensors sha256', e['checksum'])" "$entry"
 done > "${OUT_DIR:-.}/backbones.txt"
+# The backbones themselves (about 1 MB each): a GPU does not repeat a pretraining, so the next session reuses these
+# only if they travel back. Keep backbones.tar, extract it into .cache/dmlkit/pretrained/ and carry that folder.
+tar -cf "${OUT_DIR:-.}/backbones.tar" -C "$DMLKIT_CACHE" pretrained 2>/dev/null || true
