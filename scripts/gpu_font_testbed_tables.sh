@@ -15,6 +15,9 @@
 # a run, SFT 185 s, GSP 112 s; a first call of 330 s finished 10 runs (the rendering and the backbone come first),
 # a second call on the warm machine resumed the 12 interrupted runs and finished 25 more. A call that names one
 # backbone and a short ROWS list ends its rows; the whole list is about 15 minutes of the machine per backbone.
+# A GPU pretrains the backbone to other weights each session (2026-11-28: two H200 sessions, MS 51.31 and 52.79):
+# keep $OUT/backbones.tar and $OUT/runs.tar.gz, and in the next session extract the first into
+# .cache/dmlkit/pretrained/ and carry it with the runs (RUNS_TAR=runs.tar.gz): its runs then add to the same backbone.
 set -u
 cd "$(dirname "$0")/.."
 if [ "${INSTALL_DEBS:-1}" = 1 ]; then  # INSTALL_DEBS=0 and BATCH=stub: tests/test_table_scripts.py
