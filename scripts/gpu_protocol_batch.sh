@@ -25,9 +25,21 @@ SEEDS=${SEEDS:-"0 1 2"}
 BASE=()
 [ -n "${BASELINE:-}" ] && BASE=(--baseline $BASELINE)
 [ -n "${BACKBONES:-}" ] && BASE+=(--backbones $BACKBONES)
+# The protocol's workers carry this tag in their environment: at the deadline only they are stopped, never another
+# program's multiprocessing workers (a `pkill -f multiprocessing.spawn` here once stopped a batch running beside it).
+export DMLKIT_BATCH_TAG="gpu-protocol-batch-$$"
+stop_own_workers() {
+  local env pid
+  for env in /proc/[0-9]*/environ; do
+    pid=${env#/proc/}; pid=${pid%/environ}
+    [ "$pid" = $$ ] && continue
+    { tr '\0' '\n' < "$env"; } 2>/dev/null | grep -qx "DMLKIT_BATCH_TAG=$DMLKIT_BATCH_TAG" && kill "$pid" 2>/dev/null
+  done
+  return 0
+}
 timeout -k 5 "${TRAIN_SECONDS:-400}" setsid python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --jobs "${JOBS:-12}" \
   --out /tmp/runs --columns all "${BASE[@]}" > "${OUT_DIR:-.}/train.log" 2>&1
-pkill -f "multiprocessing.spawn"; sleep 1
+stop_own_workers; sleep 1
 python3 -m dmlkit protocol holdout "$@" --seeds $SEEDS --out /tmp/runs --columns all --reuse-only "${BASE[@]}"
 cp /tmp/runs/results.md /tmp/runs/results.json "${OUT_DIR:-.}/"
 # The run folders without their checkpoints (config, metrics, summary, environment: what the tables are made of),
