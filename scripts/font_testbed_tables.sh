@@ -21,7 +21,8 @@ group() {
   case $1 in
     ms) table all ms font_testbed font_testbed font_testbed_contrastive_c2 ;;
     sft) table all sft "font_testbed font_testbed_npair font_testbed_triplet" font_testbed font_testbed_sft \
-      font_testbed_npair font_testbed_npair_sft font_testbed_npair_sft_joint font_testbed_triplet font_testbed_triplet_sft ;;
+      font_testbed_npair font_testbed_npair_sohn font_testbed_npair_sft font_testbed_npair_sft_joint font_testbed_triplet \
+      font_testbed_triplet_sft ;;  # npair_sohn: N-pair as Sohn trains it, against PML's form
     gsp) table all gsp "font_testbed font_testbed_contrastive_c2 font_testbed_triplet font_testbed_proxy_anchor" \
       font_testbed font_testbed_gsp font_testbed_gsp_zs font_testbed_contrastive_c2 font_testbed_contrastive_c2_gsp \
       font_testbed_contrastive_c2_gsp_zs font_testbed_triplet font_testbed_triplet_gsp font_testbed_triplet_gsp_zs \
@@ -31,10 +32,12 @@ group() {
 font_testbed_triplet_ccp_sample=font_testbed_triplet_val font_testbed_contrastive_c2_ccp=font_testbed_contrastive_c2_val" \
         font_testbed_val font_testbed_ccp font_testbed_ccp_patience1 font_testbed_triplet_val font_testbed_triplet_ccp_sample \
         font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp ;;
-    reference)  # every loss against MS, FastAP's Hard batches against its Random ones
-      table all reference "font_testbed font_testbed_fastap_hard=font_testbed_fastap_random" font_testbed \
+    reference)  # every loss against MS, FastAP's Hard batches against its Random ones, ProxyAnchor's proxy rates
+      table all reference "font_testbed font_testbed_fastap_hard=font_testbed_fastap_random \
+font_testbed_proxy_anchor_lr100x=font_testbed_proxy_anchor" font_testbed \
         font_testbed_contrastive_c2 font_testbed_triplet font_testbed_margin font_testbed_proxy_anchor \
-        font_testbed_normalized_softmax font_testbed_fastap_random font_testbed_fastap_hard font_testbed_ce_weak ;;
+        font_testbed_proxy_anchor_lr100x font_testbed_normalized_softmax font_testbed_fastap_random \
+        font_testbed_fastap_hard font_testbed_ce_weak ;;
     longtail) table all longtail "font_testbed_longtail font_testbed_longtail_balanced" font_testbed_longtail \
       font_testbed_longtail_balanced font_testbed_longtail_sft font_testbed_longtail_sft_unbalanced \
       font_testbed_longtail_translation font_testbed_longtail_balanced_sft_unbalanced ;;
