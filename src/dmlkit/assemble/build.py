@@ -22,7 +22,7 @@ from dmlkit.assemble.eval_model import evaluation_model
 from dmlkit.assemble.pretrained import pretrained_identity, resolve_pretrained
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.data import build_datasets, create_batch_sampler, create_dataset
-from dmlkit.data.catalog import dataset_splits, training_set
+from dmlkit.data.catalog import dataset_splits, split_options, training_set
 from dmlkit.data.datasets.unreadable import check_images_open
 from dmlkit.data.splits import sample_per_class
 from dmlkit.engine.callbacks import Callback
@@ -64,8 +64,7 @@ def run_split(cfg: ExperimentConfig, split: str) -> Any:
         return training_set(d, seed=cfg.seed)[0].with_augment(False)
     if split == "val" and "val" not in dataset_splits(d.name):
         return validation_sample(cfg, build_splits(cfg)).val
-    common = dict(root=d.root, seed=cfg.seed, augment=False, image_size=d.image_size, max_classes=d.max_classes, **d.params)
-    return create_dataset(d.name, split, **common)
+    return create_dataset(d.name, split, augment=False, **split_options(d, cfg.seed))
 
 
 def reference_dataset(cfg: ExperimentConfig) -> Any:

@@ -100,6 +100,11 @@ def prepare_dataset(name: str, root: str | Path | None = None, **kwargs: Any) ->
     return prepare(root=root, **kwargs)
 
 
+def split_options(config: DataConfig, seed: int) -> dict[str, Any]:
+    """The keyword arguments every split of ``config``'s dataset is created with (augmentation aside)."""
+    return dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
+
+
 def training_set(config: DataConfig, seed: int = 0) -> tuple[DMLDataset, DMLDataset | None]:
     """The run's own training set and the validation classes held out of it (``None`` when there are none).
 
@@ -110,7 +115,7 @@ def training_set(config: DataConfig, seed: int = 0) -> tuple[DMLDataset, DMLData
     training set a finished run is evaluated or inspected on) both start here, so the hold-out and the cut have
     one definition.
     """
-    common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
+    common = split_options(config, seed)
     train = create_dataset(config.name, config.train_split, augment=config.augment, **common)
     held_out = None
     if config.val_split is None and config.folds:
@@ -129,7 +134,7 @@ def build_datasets(config: DataConfig, seed: int = 0, test_split: str = "test") 
     ``train`` and a held-out ``val`` are ``training_set``'s; ``val`` is split ``config.val_split`` when set (never
     augmented). ``test`` is the (un-augmented) ``test_split``.
     """
-    common = dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
+    common = split_options(config, seed)
     train, held_out = training_set(config, seed)
     out: dict[str, DMLDataset] = {"train": train}
     if config.val_split is not None:
