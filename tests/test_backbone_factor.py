@@ -152,10 +152,47 @@ def test_bad_backbone_lists_fail_before_anything_trains(tmp_path):
     config = "configs/testbed/testbed.yaml"
     with pytest.raises(ValueError, match="names one backbone twice"):
         run_protocol("holdout", [config], tmp_path, seeds=[0], backbones=["glyphs-resnet20", "glyphs-resnet20@seed0"])
-    with pytest.raises(ValueError, match="takes pretrained-backbone names"):
+    with pytest.raises(ValueError, match="takes pretrained-backbone names .* or weights files; got 'resnet50.pt', which is "
+                                         r"neither \(no such file\)"):
         run_protocol("holdout", [config], tmp_path, seeds=[0], backbones=["resnet50.pt"])
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "w.pt").write_bytes(b"weights")
+    with pytest.raises(ValueError, match=r"would share the label 'w' \(their runs' folder\)"):
+        run_protocol("holdout", [config], tmp_path / "out", seeds=[0], backbones=[str(tmp_path / "a" / "w.pt"),
+                                                                                  str(tmp_path / "b" / "w.pt")])
+    with pytest.raises(ValueError, match="names one backbone twice"):
+        run_protocol("holdout", [config], tmp_path / "out", seeds=[0], backbones=[str(tmp_path / "a" / "w.pt"),
+                                                                                  str(tmp_path / "b" / ".." / "a" / "w.pt")])
+    for folder in ("a", "b"):
+        (tmp_path / folder / "w.pt").unlink()
+        (tmp_path / folder).rmdir()
     with pytest.raises(ValueError, match="not a pretraining seed"):
         run_protocol("holdout", [config], tmp_path, seeds=[0], backbones=["glyphs-resnet20@seed-2"])
     with pytest.raises(ValueError, match="run the fair protocol once per backbone"):
         run_protocol("fair", [config], tmp_path, seeds=[0], backbones=["glyphs-resnet20"])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_weights_file_is_a_backbone_labelled_by_its_name(tmp_path, monkeypatch):
+    """A cache entry carried to another machine (whose torch gives another cache key) is given as a file: its runs
+    go under ``out/<file stem>/``, record the file, and train exactly as the named backbone's runs do."""
+    monkeypatch.setenv("DMLKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(P.RECIPES, "tiny-factor", _tiny_recipe(0))
+    config = _renamed(tmp_path, "base")
+    overrides = [*TINY_OVERRIDES, f"data.root={GLYPH_ROOT}", "plots=false", "eval.clustering=false", "train.max_steps=4",
+                 "train.val_every=4", "train.threads=1", "train.lr=0.01"]
+    run_protocol("holdout", [config], tmp_path / "built", seeds=[0], overrides=overrides, backbones=["tiny-factor@seed1"])
+    carried = tmp_path / "elsewhere" / "seed1_from_cpu.pt"
+    carried.parent.mkdir()
+    carried.write_bytes(P.pretrained_path("tiny-factor@seed1").read_bytes())
+    out = tmp_path / "table"
+    table = run_protocol("holdout", [config], out, seeds=[0], overrides=overrides, backbones=[str(carried)])
+    run = out / "seed1_from_cpu" / "base-seed0"
+    assert "| base [seed1_from_cpu] (n=1) |" in table
+    assert json.loads((out / "results.json").read_text())["backbones"] == {"seed1_from_cpu": str(carried)}
+    recorded = json.loads((run / "environment.json").read_text())["pretrained"]
+    assert recorded["file"] == str(carried) and len(recorded["sha256"]) == 64
+    by_name = json.loads((tmp_path / "built" / "tiny-factor@seed1" / "base-seed0" / "summary.json").read_text())
+    by_file = json.loads((run / "summary.json").read_text())
+    assert by_file["test"] == by_name["test"], "the file holds the named backbone's weights: the same run"

@@ -23,9 +23,11 @@ def _protocol_arguments(protocol: argparse.ArgumentParser) -> None:
                           help="config name(s) of baselines: adds a table of per-seed paired differences, each run "
                                "against the baseline whose name is the longest prefix of its own; RUN=BASELINE "
                                "pairs a run explicitly (e.g. ccp=ms_validated)")
-    protocol.add_argument("--backbones", nargs="+", default=[], metavar="NAME",
-                          help="pretrained backbones (e.g. glyphs-resnet20 glyphs-resnet20@seed1 glyphs-resnet20@seed2): "
-                               "every config x seed runs on each; the paired table is pooled over them")
+    protocol.add_argument("--backbones", nargs="+", default=[], metavar="NAME|FILE",
+                          help="pretrained backbones (e.g. glyphs-resnet20 glyphs-resnet20@seed1 glyphs-resnet20@seed2), "
+                               "or weights files (labelled by their file name without the suffix, e.g. a cache entry "
+                               "built on another machine): every config x seed runs on each; the paired table is "
+                               "pooled over them")
 
 
 def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:

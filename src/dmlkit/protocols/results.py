@@ -49,14 +49,15 @@ def _collect(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Seq
 
 
 def _collect_backbones(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Sequence[int],
-                       overrides: Sequence[str], folds: int, backbones: Sequence[str],
+                       overrides: Sequence[str], folds: int, backbones: dict[str, str],
                        obtain: Obtain) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
-    """``_collect`` once per pretrained backbone (``model.pretrained``), its runs under ``out/<backbone>/``."""
+    """``_collect`` once per pretrained backbone (``{label: model.pretrained}``, ``backbone_entries``), its runs
+    under ``out/<label>/``."""
     rows: list[tuple[str, dict[str, Any]]] = []
     raw: dict[str, Any] = {}
-    for backbone in backbones:
-        with_backbone = [*overrides, f"model.pretrained={backbone}"]
-        part_rows, raw[backbone] = _collect(protocol, configs, out / backbone, seeds, with_backbone, folds, obtain, backbone)
+    for label, weights in backbones.items():
+        with_backbone = [*overrides, f"model.pretrained={weights}"]
+        part_rows, raw[label] = _collect(protocol, configs, out / label, seeds, with_backbone, folds, obtain, label)
         rows += part_rows
     return rows, raw
 
@@ -100,23 +101,36 @@ def _paired(raw: dict[str, Any], pairs: dict[str, str], protocol: str, columns: 
     return text, out
 
 
-def check_backbones(protocol: str, backbones: Sequence[str]) -> None:
-    """Refuse backbone lists that cannot be tabulated: repeated names, names that are no pretraining recipe."""
+def backbone_entries(protocol: str, backbones: Sequence[str]) -> dict[str, str]:
+    """``{label: model.pretrained}`` of a ``--backbones`` list: a pretrained-backbone name is its own label, a
+    weights file (e.g. a cache entry built on another machine) is labelled by its file name without the suffix.
+    The label names the runs' folder and the tables' rows. Refuses lists that cannot be tabulated: the fair
+    protocol, an entry that is neither a name nor a file, one backbone or one label twice."""
     from dmlkit.assemble.pretrained import canonical_pretrained_name, is_pretrained_name, list_pretrained
 
     if not backbones:
-        return
+        return {}
     if protocol == "fair":
         raise ValueError("--backbones pools single-model protocols (conventional, holdout); run the fair protocol "
                          "once per backbone with --set model.pretrained=NAME")
+    entries: dict[str, str] = {}
+    same: dict[str, str] = {}  # what makes two entries one backbone -> the entry
     for name in backbones:
-        if not is_pretrained_name(name):
+        if is_pretrained_name(name):
+            label, identity = name, canonical_pretrained_name(name)  # a malformed seed raises here
+        elif Path(name).expanduser().is_file():
+            label, identity = Path(name).stem, str(Path(name).expanduser().resolve())
+        else:
             raise ValueError(f"--backbones takes pretrained-backbone names ({', '.join(list_pretrained())}, each also as "
-                             f"<name>@seed<N>); got '{name}'")
-    canonical = [canonical_pretrained_name(b) for b in backbones]  # a malformed seed raises here
-    if len(set(canonical)) < len(canonical):
-        raise ValueError(f"--backbones names one backbone twice ({', '.join(backbones)}; <name> and <name>@seed<its own "
-                         "seed> are the same backbone)")
+                             f"<name>@seed<N>) or weights files; got '{name}', which is neither (no such file)")
+        if identity in same:
+            raise ValueError(f"--backbones names one backbone twice ('{same[identity]}' and '{name}'; <name> and "
+                             "<name>@seed<its own seed> are the same backbone)")
+        if label in entries:
+            raise ValueError(f"--backbones entries '{entries[label]}' and '{name}' would share the label '{label}' "
+                             "(their runs' folder); rename one of the weights files")
+        same[identity], entries[label] = name, name
+    return entries
 
 
 def run_protocol(
@@ -141,18 +155,19 @@ def run_protocol(
     nothing and reports the finished runs only (``n=`` in each row says how many seeds).
     ``baselines`` (config names) adds a table of paired differences: each run against the
     baseline its name extends (the longest prefix), seed by seed (:mod:`dmlkit.protocols.paired`).
-    ``backbones`` (pretrained names, e.g. ``glyphs-resnet20@seed1``) runs every config x seed on each, under
-    ``out_dir/<backbone>/``, and pools the paired differences over them (:mod:`dmlkit.protocols.backbones`).
+    ``backbones`` (pretrained names, e.g. ``glyphs-resnet20@seed1``, or weights files) runs every config x seed on
+    each, under ``out_dir/<label>/`` (``backbone_entries``), and pools the paired differences over them (:mod:`dmlkit.protocols.backbones`).
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol '{protocol}'; valid: {', '.join(PROTOCOLS)}")
     check_batch_arguments("run_protocol", configs, seeds, columns)
     pairs = assign_baselines([load_config(p, list(overrides)).name for p in configs], baselines) if baselines else {}
-    check_backbones(protocol, backbones)
+    named = backbone_entries(protocol, backbones)
+    backbones = list(named)  # the labels: folders, table rows, results.json's keys
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if backbones:
-        collect = partial(_collect_backbones, protocol, configs, out, seeds, overrides, folds, backbones)
+        collect = partial(_collect_backbones, protocol, configs, out, seeds, overrides, folds, named)
     else:
         collect = partial(_collect, protocol, configs, out, seeds, overrides, folds)
     (rows, raw), errors = gather_runs(collect, jobs=jobs, reuse=reuse, quiet=quiet)
@@ -160,7 +175,7 @@ def run_protocol(
     table = title + markdown_table(rows, columns, extra=run_columns(rows))
     record: dict[str, Any] = {"protocol": protocol, "seeds": list(seeds), "runs": raw}
     if backbones:
-        record["backbones"] = list(backbones)
+        record["backbones"] = named
     if pairs:
         paired_md, record["paired"] = _paired(raw, pairs, protocol, columns, backbones)
         table += paired_md
