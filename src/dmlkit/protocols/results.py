@@ -32,19 +32,25 @@ def _collect(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Seq
              folds: int, obtain: Obtain, backbone: str | None = None) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
     rows: list[tuple[str, dict[str, Any]]] = []
     raw: dict[str, Any] = {}
+    run_dirs: list[Path] = []  # every run folder the table reads: their recorded weights must agree
+
+    def obtain_noting(cfg: Any, run_dir: Path) -> Any:
+        run_dirs.append(run_dir)
+        return obtain(cfg, run_dir)
+
     for path in configs:
         name = load_config(path, list(overrides)).name
         label = name if backbone is None else backbone_label(name, backbone)
         if protocol == "fair":
-            result = run_fair(path, overrides, seeds, out, obtain, folds=folds)
+            result = run_fair(path, overrides, seeds, out, obtain_noting, folds=folds)
             for part in ("separated", "concatenated"):
                 rows.append((f"{label} ({part}, n={len(result[part])})", summarise(result[part])))
             raw[name] = result
         else:
-            per_seed = run_single_model(protocol, path, overrides, seeds, out, obtain)
+            per_seed = run_single_model(protocol, path, overrides, seeds, out, obtain_noting)
             rows.append((f"{label} (n={len(per_seed)})", summarise(per_seed)))
             raw[name] = per_seed
-    check_same_weights(d for name in raw for d in out.glob(f"{name}-seed*") if d.is_dir())
+    check_same_weights(run_dirs)
     return rows, raw
 
 
