@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dmlkit.assemble.pretrained import pretrained_identity
+from dmlkit.assemble.pretrained import resolve_pretrained_weights
 from dmlkit.models.config import ModelConfig
 from dmlkit.protocols.backbone_weights import check_same_weights, recorded_weights
 
@@ -60,7 +60,9 @@ def test_runs_without_a_record_are_not_checked(tmp_path):
 def test_the_identity_of_a_weights_file_is_its_sha256_and_none_without_pretrained_weights(tmp_path):
     weights = tmp_path / "w.pt"
     weights.write_bytes(b"some weights")
-    identity = pretrained_identity(ModelConfig(backbone="resnet20", pretrained=str(weights)))
-    assert identity == {"file": str(weights), "sha256": hashlib.sha256(b"some weights").hexdigest()}
-    assert pretrained_identity(ModelConfig(backbone="resnet20", pretrained=False)) is None
-    assert pretrained_identity(ModelConfig(backbone="resnet20", pretrained=True)) is None
+    model = ModelConfig(backbone="resnet20", pretrained=str(weights))
+    assert resolve_pretrained_weights(model, 1) == (model, {"file": str(weights),
+                                                           "sha256": hashlib.sha256(b"some weights").hexdigest()})
+    for published_or_none in (False, True):
+        model = ModelConfig(backbone="resnet20", pretrained=published_or_none)
+        assert resolve_pretrained_weights(model, 1) == (model, None)

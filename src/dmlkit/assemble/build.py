@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from dmlkit.assemble.eval_model import evaluation_model
-from dmlkit.assemble.pretrained import pretrained_identity, resolve_pretrained
+from dmlkit.assemble.pretrained import resolve_pretrained_weights
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.data import build_datasets, create_batch_sampler, create_dataset
 from dmlkit.data.catalog import dataset_splits, split_options, training_set
@@ -87,6 +87,7 @@ class BuiltModel:
     model: nn.Module
     objective: Objective
     methods: list[Method]
+    pretrained: dict[str, str] | None = None  # the weights it started from (resolve_pretrained_weights' identity)
 
 
 def build_model(cfg: ExperimentConfig, train_set: Any, pretrained: bool | None = None) -> BuiltModel:
@@ -97,7 +98,7 @@ def build_model(cfg: ExperimentConfig, train_set: Any, pretrained: bool | None =
     (``dmlkit.assemble.pretrained``).
     """
     model_cfg = cfg.model if pretrained is None else _with_pretrained(cfg, pretrained)
-    model_cfg = resolve_pretrained(model_cfg, train_set.in_channels)
+    model_cfg, weights = resolve_pretrained_weights(model_cfg, train_set.in_channels)
     methods = build_methods(cfg)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
@@ -112,7 +113,7 @@ def build_model(cfg: ExperimentConfig, train_set: Any, pretrained: bool | None =
     terms = [MetricLossTerm(loss, miner)]
     for method in methods:
         terms = method.terms(terms)
-    return BuiltModel(model, Objective(terms), methods)
+    return BuiltModel(model, Objective(terms), methods, weights)
 
 
 def _with_pretrained(cfg: ExperimentConfig, pretrained: bool) -> Any:
@@ -164,7 +165,7 @@ def build_run(cfg: ExperimentConfig) -> RunParts:
         batch_sampler=sampler, param_groups=parameter_groups(built.model, objective, t, claimed),
         stopper=_stopper(cfg, methods), eval_model=lambda model: evaluation_model(model, objective, source, methods),
         callbacks=[cb for m in methods for cb in m.callbacks()], encode=encode, forward_methods=forward_methods,
-        plots=cfg.plots, num_workers=cfg.data.num_workers, pretrained=pretrained_identity(cfg.model),
+        plots=cfg.plots, num_workers=cfg.data.num_workers, pretrained=built.pretrained,
     )
 
 

@@ -64,9 +64,8 @@ from dmlkit.models.config import ModelConfig
 
 __all__ = [
     "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "canonical_pretrained_name", "config_drift", "is_pretrained_name",
-    "list_pretrained", "pretrained_identity", "pretrained_key", "pretrained_path", "pretrained_recipe", "read_pretrained",
-    "resolve_pretrained",
-    "split_pretrained_name", "state_checksum", "training_conditions",
+    "list_pretrained", "pretrained_key", "pretrained_path", "pretrained_recipe", "read_pretrained", "resolve_pretrained",
+    "resolve_pretrained_weights", "split_pretrained_name", "state_checksum", "training_conditions",
 ]
 
 PRETRAINED_FORMAT = 2  # 2: the entry records the threads and library versions it was trained with
@@ -256,16 +255,31 @@ def _what_to_run(name: str) -> str:
 
 
 def resolve_pretrained(model: ModelConfig, in_channels: int) -> ModelConfig:
-    """``model`` with a pretrained *name* replaced by its checked cached weights file (else unchanged).
+    """``model`` with a pretrained *name* replaced by its checked cached weights file (else unchanged);
+    ``resolve_pretrained_weights`` without the identity."""
+    return resolve_pretrained_weights(model, in_channels)[0]
+
+
+def resolve_pretrained_weights(model: ModelConfig, in_channels: int) -> tuple[ModelConfig, dict[str, str] | None]:
+    """``(model with a pretrained name replaced by its checked cache file, the weights' identity)``.
+
+    The identity is what a run records as ``environment.json``'s ``pretrained``: ``{"name", "checksum"}`` for a named
+    backbone (the tensor checksum of the cache entry read and checked here, once), ``{"file", "sha256"}`` for a
+    weights file, ``None`` for the backbone factory's published weights or none. A name does not tell the weights
+    apart across machines: two pretrainings of one recipe on a GPU end on different weights (cuDNN's autotuner picks
+    among convolution algorithms that sum in other orders), and a run folder moved from another machine was
+    fine-tuned from that machine's entry. ``dmlkit.protocols.backbone_weights`` pairs runs only when these agree.
 
     Raises ``ValueError`` (what to run or to change) for an unknown name, a config whose backbone or
     input channels differ from the recipe's, and a missing or unusable cache entry.
     """
     name = model.pretrained
     if not isinstance(name, str):
-        return model  # true / false: the backbone factory's published weights or none
+        return model, None  # true / false: the backbone factory's published weights or none
     if not is_pretrained_name(name) and (Path(name).expanduser().is_file() or "/" in name or Path(name).suffix):
-        return model  # the path of a weights file: the backbone factory loads (and checks) it
+        file = Path(name).expanduser()  # a weights file: the backbone factory loads (and checks) it
+        identity = {"file": name, "sha256": hashlib.sha256(file.read_bytes()).hexdigest()} if file.is_file() else None
+        return model, identity  # a missing file: the backbone factory names it
     name = canonical_pretrained_name(name)  # an unknown name or a malformed seed raises here
     recipe = pretrained_recipe(name)
     if recipe.model.backbone != model.backbone:
@@ -291,24 +305,6 @@ def resolve_pretrained(model: ModelConfig, in_channels: int) -> ModelConfig:
             f"'{path}' holds a {entry['backbone']} for {entry['in_channels']}-channel images, not a {model.backbone} "
             f"for {in_channels}; delete it and {_what_to_run(name)}"
         )
-    return dataclasses.replace(model, pretrained=str(path))
+    return dataclasses.replace(model, pretrained=str(path)), {"name": name, "checksum": str(entry["checksum"])}
 
 
-def pretrained_identity(model: ModelConfig) -> dict[str, str] | None:
-    """Which weights ``model`` starts from, as a run records them (``environment.json``'s ``pretrained``):
-    ``{"name", "checksum"}`` for a named backbone (the tensor checksum of its cache entry), ``{"file", "sha256"}``
-    for a weights file, ``None`` for the backbone factory's published weights or none.
-
-    A name does not tell the weights apart across machines: the cache key holds the recipe and the library versions,
-    but two pretrainings of one recipe on a GPU end on different weights (cuDNN's autotuner picks among convolution
-    algorithms that sum in other orders), and a run folder moved from another machine was fine-tuned from that
-    machine's entry. ``dmlkit.protocols.backbone_weights`` pairs runs only when these agree.
-    """
-    chosen = model.pretrained
-    if not isinstance(chosen, str):
-        return None
-    if not is_pretrained_name(chosen):
-        return {"file": chosen, "sha256": hashlib.sha256(Path(chosen).expanduser().read_bytes()).hexdigest()}
-    name = canonical_pretrained_name(chosen)
-    entry = read_pretrained(name)
-    return None if entry is None else {"name": name, "checksum": str(entry["checksum"])}

@@ -47,7 +47,7 @@ class RunParts:
     ``eval_model(model)`` wraps a (bare or Fabric-wrapped) model into the module whose outputs are
     evaluated; ``forward_methods`` are model methods besides ``forward`` that ``encode`` calls
     (Fabric must be told about them); ``config_text`` is written to the run folder's config.yaml;
-    ``pretrained`` (``assemble.pretrained.pretrained_identity``) to its environment.json.
+    ``pretrained`` (``assemble.pretrained.resolve_pretrained_weights``) to its environment.json.
     """
 
     name: str

@@ -6,7 +6,7 @@ autotuner), and another torch gives another cache entry. Measured on an H200 (do
 same name and cache key, fine-tuned multi-similarity 1.5 MAP@R apart, larger than most method effects. A table
 that pairs a method run on one machine with a baseline run on another would report the backbones' difference as
 the method's. Each run records the weights it started from (``environment.json``'s ``pretrained``, written by the
-trainer; ``assemble.pretrained.pretrained_identity``); ``check_same_weights`` refuses a table whose runs of one
+trainer; ``assemble.pretrained.resolve_pretrained_weights``); ``check_same_weights`` refuses a table whose runs of one
 name hold two sets. Run folders written before the record are not checked.
 """
 
