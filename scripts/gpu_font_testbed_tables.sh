@@ -36,10 +36,12 @@ CONFIGS=()
 for name in $ROWS; do CONFIGS+=("$T/$name.yaml"); done
 export BACKBONES=${BACKBONES:-"glyphs-resnet20-brief glyphs-resnet20-brief@seed1"}
 export SEEDS=${SEEDS:-"0 1 2 3 4"} TRAIN_SECONDS=${TRAIN_SECONDS:-480} JOBS=${JOBS:-12}
-# The CCP names extend font_testbed, not their baseline font_testbed_val (MS validated as CCP is): named pairs.
+# The CCP names extend font_testbed (or their loss's config), not their baseline validated as CCP is (*_val): named pairs.
 # Of these defaults, the entries whose runs are all among ROWS are kept.
 PAIRS="font_testbed font_testbed_npair font_testbed_triplet font_testbed_contrastive_c2 font_testbed_proxy_anchor \
-font_testbed_ccp=font_testbed_val font_testbed_ccp_patience1=font_testbed_val font_testbed_fastap_hard=font_testbed_fastap_random"
+font_testbed_ccp=font_testbed_val font_testbed_ccp_patience1=font_testbed_val font_testbed_fastap_hard=font_testbed_fastap_random \
+font_testbed_triplet_ccp_sample=font_testbed_triplet_val font_testbed_contrastive_c2_ccp=font_testbed_contrastive_c2_val \
+font_testbed_longtail font_testbed_longtail_balanced"
 if [ -z "${BASELINE:-}" ]; then
   BASELINE="" rows=" $(echo $ROWS) "
   for entry in $PAIRS; do

@@ -29,6 +29,11 @@ def test_an_explicit_pair_wins_over_the_prefix_rule_and_alone_pairs_only_itself(
         "ms_val": "ms", "ms_ccp": "ms_val", "ms_ccp_patience1": "ms_val", "ms_gsp": "ms"
     }
     assert assign_baselines(names, ["ms_ccp=ms_val"]) == {"ms_ccp": "ms_val"}  # only pairs: the rest unpaired
+    # a pair's baseline that no plain baseline prefixes is a baseline, not a run without one
+    names = ["triplet", "triplet_gsp", "c2", "c2_gsp", "val", "ccp"]
+    assert assign_baselines(names, ["triplet", "c2", "ccp=val"]) == {"triplet_gsp": "triplet", "c2_gsp": "c2", "ccp": "val"}
+    with pytest.raises(ValueError, match="no baseline name is a prefix of 'val'"):  # without the pair, it is a run
+        assign_baselines(names, ["triplet", "c2"])
 
 
 def test_bad_explicit_pairs_name_the_problem():

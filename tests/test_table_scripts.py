@@ -70,7 +70,11 @@ GPU_STUB = """#!/bin/bash
 """
 
 
-@pytest.mark.parametrize("rows", [None, "font_testbed font_testbed_gsp font_testbed_val font_testbed_ccp"])
+CCP_LOSS_ROWS = ("font_testbed_triplet font_testbed_triplet_val font_testbed_triplet_ccp_sample font_testbed_contrastive_c2 "
+                 "font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp font_testbed_val font_testbed_ccp")
+
+
+@pytest.mark.parametrize("rows", [None, "font_testbed font_testbed_gsp font_testbed_val font_testbed_ccp", CCP_LOSS_ROWS])
 def test_the_gpu_font_script_names_existing_configs_and_pairs_every_run(tmp_path, rows):
     stub = tmp_path / "batch.sh"
     stub.write_text(GPU_STUB)
@@ -88,4 +92,8 @@ def test_the_gpu_font_script_names_existing_configs_and_pairs_every_run(tmp_path
     names = [load_config(ROOT / c).name for c in configs]
     if rows:
         assert names == rows.split()
-    assert _check_every_run_is_paired_or_a_baseline(names, baseline_line.split())["font_testbed_ccp"] == "font_testbed_val"
+    pairs = _check_every_run_is_paired_or_a_baseline(names, baseline_line.split())
+    assert pairs["font_testbed_ccp"] == "font_testbed_val"
+    if rows == CCP_LOSS_ROWS:  # a name prefix would pair CCP with its loss unvalidated
+        assert pairs["font_testbed_triplet_ccp_sample"] == "font_testbed_triplet_val"
+        assert pairs["font_testbed_contrastive_c2_ccp"] == "font_testbed_contrastive_c2_val"

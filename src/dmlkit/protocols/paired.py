@@ -66,6 +66,8 @@ def assign_baselines(names: Sequence[str], baselines: Sequence[str]) -> dict[str
             pairs[name] = max(prefixed, key=len)
         elif len(plain) == 1:
             pairs[name] = plain[0]
+        elif name in explicit.values():
+            continue  # the baseline of a named pair, with no baseline of its own among the plain ones
         else:
             raise ValueError(
                 f"no baseline name is a prefix of '{name}' (baselines: {', '.join(plain)}); name each run "
