@@ -86,3 +86,24 @@ def test_a_short_run_trains_and_evaluates_on_cuda(tmp_path, precision):
     assert 0.0 < test["mean_average_precision_at_r"] <= 1.0
     environment = json.loads((tmp_path / "run" / "environment.json").read_text())
     assert "cuda" in json.dumps(environment).lower()
+
+
+@pytest.mark.parametrize("dtype", PRECISIONS)
+def test_distance_weighted_sampling_on_cuda_draws_from_its_own_generator(dtype):
+    """The batched miner on CUDA: valid triplets, as many per anchor as on the CPU, repeated by its seed, and torch's
+    global CUDA generator left alone (PML's miner draws from it, class by class)."""
+    from collections import Counter
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.nn.functional.normalize(torch.randn(60, 128, generator=g), dim=1)
+    labels = torch.arange(20).repeat_interleave(3)
+    on_cpu = create_miner("distance_weighted", seed=3)(x, labels)
+    state = torch.cuda.get_rng_state()
+    with _autocast(dtype):
+        a, p, n = create_miner("distance_weighted", seed=3)(x.cuda(), labels.cuda())
+        again = create_miner("distance_weighted", seed=3)(x.cuda(), labels.cuda())
+    assert torch.equal(torch.cuda.get_rng_state(), state)
+    assert a.is_cuda and all(torch.equal(u, v) for u, v in zip((a, p, n), again))
+    labels = labels.cuda()
+    assert (labels[a] == labels[p]).all() and (a != p).all() and (labels[a] != labels[n]).all()
+    assert Counter(a.tolist()) == Counter(on_cpu[0].tolist())

@@ -1,4 +1,5 @@
-"""Miners of pytorch-metric-learning, registered with documented defaults.
+"""Miners of pytorch-metric-learning (and dmlkit's batched distance-weighted sampling), registered with documented
+defaults.
 
 A miner maps ``(embeddings, labels[, ref_emb, ref_labels])`` to an indices tuple
 (pairs ``(a1, p, a2, n)`` or triplets ``(a, p, n)``) that a loss then uses.
@@ -11,6 +12,7 @@ from typing import Any
 
 from pytorch_metric_learning import miners as pml_miners
 
+from dmlkit.losses.distance_weighted_miner import DistanceWeightedMiner
 from dmlkit.losses.registry import register_miner
 
 
@@ -42,17 +44,18 @@ def batch_hard(**options: Any) -> pml_miners.BatchHardMiner:
     return pml_miners.BatchHardMiner(**options)
 
 
-@register_miner("distance_weighted", builds=pml_miners.DistanceWeightedMiner)
+@register_miner("distance_weighted", builds=DistanceWeightedMiner)
 def distance_weighted(
-    cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4, **options: Any
-) -> pml_miners.DistanceWeightedMiner:
+    cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4, seed: int | None = None, **options: Any
+) -> DistanceWeightedMiner:
     """Distance-weighted sampling (Wu et al., ICCV 2017, Eq. 4), the sampler of the margin loss.
 
-    Defaults: ``cutoff = 0.5`` (the paper's lambda = 0.5 clipping of the
-    distances) and ``nonzero_loss_cutoff = 1.4`` (PML's / the paper's reference
-    code); embeddings are L2-normalised.
+    dmlkit's batched form of PML's miner (``dmlkit.losses.distance_weighted_miner``): the same sampling, a private
+    generator (``seed``; by default the run's). Defaults: ``cutoff = 0.5`` (the paper's lambda = 0.5 clipping of
+    the distances) and ``nonzero_loss_cutoff = 1.4`` (PML's / the paper's reference code); embeddings are
+    L2-normalised.
     """
-    return pml_miners.DistanceWeightedMiner(cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff, **options)
+    return DistanceWeightedMiner(cutoff=cutoff, nonzero_loss_cutoff=nonzero_loss_cutoff, seed=seed, **options)
 
 
 @register_miner("pair_margin", builds=pml_miners.PairMarginMiner)
