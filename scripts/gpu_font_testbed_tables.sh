@@ -18,6 +18,9 @@
 # A GPU pretrains the backbone to other weights each session (2026-11-28: two H200 sessions, MS 51.31 and 52.79):
 # keep $OUT/backbones.tar and $OUT/runs.tar.gz, and in the next session extract the first into
 # .cache/dmlkit/pretrained/ and carry it with the runs (RUNS_TAR=runs.tar.gz): its runs then add to the same backbone.
+# The device tool brings back at most 8 files from $OUT: this script writes 6 (results.md/.json, train.log,
+# runs.tar.gz, backbones.txt/.tar), so a device check in the same call writes into a subfolder that is then packed:
+#   (OUT=/tmp/dc BUDGET=100 bash scripts/device_check.sh --only environment cuda_tests; tar -czf $OUT/device_check.tar.gz -C /tmp dc)
 # BACKBONES may also name weights files: copy a cache entry built here (e.g. ~/.cache/dmlkit/pretrained/
 # glyphs-resnet20-brief@seed1-<key>.pt) to .pretrained/brief_seed1_cpu.pt, carry ".pretrained" and give
 # BACKBONES=.pretrained/brief_seed1_cpu.pt: the GPU fine-tunes this machine's backbone (runs under brief_seed1_cpu/).
