@@ -21,6 +21,7 @@ from __future__ import annotations
 from dmlkit.losses import registry
 from dmlkit.losses.config import LossConfig, build_loss
 from dmlkit.losses.cross_batch_memory_loss import CrossBatchMemoryLoss, xbm_supported_losses
+from dmlkit.losses.distance_weighted_miner import DistanceWeightedMiner, distance_weights
 from dmlkit.losses.fast_ap_loss import FastAPLoss, fast_ap_per_query
 from dmlkit.losses.l2_softmax_loss import L2SoftmaxLoss
 from dmlkit.losses.metric_cross_entropy import MetricCrossEntropy, metric_bounds
@@ -35,6 +36,7 @@ from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
 
 __all__ = [
     "CrossBatchMemoryLoss",
+    "DistanceWeightedMiner",
     "FastAPLoss",
     "L2SoftmaxLoss",
     "LossConfig",
@@ -47,6 +49,7 @@ __all__ = [
     "ZeroShotPredictionLoss",
     "build_loss",
     "check_one_hot",
+    "distance_weights",
     "fast_ap_per_query",
     "metric_bounds",
     "metric_condition_bound",
