@@ -73,6 +73,7 @@ def test_resume_reaches_the_same_weights_and_metrics(finished_run, tmp_path):
 def test_the_run_folder_records_its_environment_and_a_resume_needs_the_same_world_size(finished_run, tmp_path):
     env = json.loads((finished_run[0] / "environment.json").read_text())
     assert env["world_size"] == 1 and env["device"]["type"] == "cpu" and env["versions"]["torch"] == torch.__version__
+    assert env["device"]["capability"] == torch.backends.cpu.get_cpu_capability()  # the kernels' instruction set
     assert {"dmlkit", "lightning", "pytorch-metric-learning", "python"} <= set(env["versions"])
     run_dir = tmp_path / "cut"
     with pytest.raises(KeyboardInterrupt):

@@ -139,6 +139,13 @@ def _other_threads(path: Path) -> None:
     torch.save(entry, path)
 
 
+def _other_cpu(path: Path) -> None:
+    entry = torch.load(path, weights_only=True)
+    assert entry["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    entry["cpu_capability"] = "AVX2" if entry["cpu_capability"] == "AVX512" else "AVX512"  # copied from another CPU kind
+    torch.save(entry, path)
+
+
 def _other_torch(path: Path) -> None:
     entry = torch.load(path, weights_only=True)
     entry["versions"]["torch"] = "2.0.0"
@@ -146,13 +153,14 @@ def _other_torch(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "damage", [_truncate, _alter_one_weight, _other_key, _other_default, _other_threads, _other_torch],
-    ids=["truncated", "altered", "other-key", "other-default", "other-threads", "other-torch"],
+    "damage", [_truncate, _alter_one_weight, _other_key, _other_default, _other_threads, _other_cpu, _other_torch],
+    ids=["truncated", "altered", "other-key", "other-default", "other-threads", "other-cpu", "other-torch"],
 )
 def test_an_unusable_entry_is_refused_with_what_to_run_then_rebuilt(cache, monkeypatch, damage):
     damage(cache)
-    expected = "under other conditions.*threads: 2 .recipe: 1." if damage is _other_threads else (
-        "under other conditions.*versions" if damage is _other_torch else "")
+    expected = {_other_threads: "under other conditions.*threads: 2 .recipe: 1.",
+                _other_cpu: "under other conditions.*cpu_capability: 'AVX.*' .recipe: 'AVX",
+                _other_torch: "under other conditions.*versions"}.get(damage, "")
     with pytest.raises(P.PretrainedCacheError, match=expected):
         P.read_pretrained(TINY)
     cfg = dml_config()
@@ -253,10 +261,21 @@ def test_an_entry_of_another_architecture_is_refused(cache):
         P.resolve_pretrained(ModelConfig(pretrained=TINY), 1)
 
 
+def test_each_cpu_kind_keys_its_own_entry(cache, monkeypatch):
+    here = P.pretrained_path(TINY)
+    assert here == cache and P.read_pretrained(TINY)["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setattr(P, "cpu_capability", lambda: "ANOTHER_ISA")  # a machine whose kernels sum in another order
+    assert P.pretrained_path(TINY) != here, "another CPU kind must not pick up this machine's entry"
+    assert P.read_pretrained(TINY) is None
+
+
 def test_cli_pretrain_reports_the_entry_and_rejects_configs_without_a_name(cache, monkeypatch, capsys):
     monkeypatch.setattr(T, "build_trainer", no_training)
     assert main(["pretrain", TINY]) == 0
-    assert str(cache) in capsys.readouterr().out
+    entry = P.read_pretrained(TINY)
+    out = capsys.readouterr().out
+    assert str(cache) in out and f"checksum {entry['checksum'][:16]}" in out
+    assert f"1 thread(s) on {torch.backends.cpu.get_cpu_capability()} CPU kernels" in out
     assert main(["pretrain", "configs/quickstart.yaml"]) == 2
     assert "names no pretrained backbone" in capsys.readouterr().err
 

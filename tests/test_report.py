@@ -9,6 +9,7 @@ import statistics
 from html.parser import HTMLParser
 
 import pytest
+import torch
 import yaml
 
 from browser import browser_page  # noqa: F401  (pytest fixture)
@@ -134,6 +135,8 @@ def test_runs_with_another_world_size_are_another_experiment(two_seeds, tmp_path
     page = parse(build_report([*two_seeds, ddp], tmp_path / "r.html"))
     runs_table = next(rows for cls, rows in page.tables if rows[0][0] == "run" and "processes" in rows[0])
     assert [r[runs_table[0].index("processes")] for r in runs_table[1:]] == ["1", "1", "2"]
+    kernels = f"cpu {env['device']['name']} {torch.backends.cpu.get_cpu_capability()}"  # the CPU's kernels decide the bits
+    assert [r[runs_table[0].index("device")] for r in runs_table[1:]] == [kernels] * 3
 
 
 def test_report_of_two_seeds(two_seeds, tmp_path):

@@ -11,14 +11,17 @@ the ordinary trainer (``dmlkit.pretrain``) and keeps the backbone's weights in
 
 where ``key`` is the SHA-256 of what determines the weights (``pretrained_key``): the entry
 format, the name, the recipe as written (seed and ``train.threads`` included), the dataset's
-fingerprint (glyphs: version, selection rule, fonts, size) and the versions of torch and
-pytorch-metric-learning. A changed recipe, dataset or library gives another file name, so such a
-stale entry is never picked up. The thread count is in the recipe because float reductions (a
+fingerprint (glyphs: version, selection rule, fonts, size), the versions of torch and
+pytorch-metric-learning, and the instruction set of the CPU's kernels (``cpu_capability``: AVX2 and AVX512
+kernels sum in other orders, and on a fresh AMD Zen 3 machine the ``brief`` recipes ended on other weights than
+on the AVX512 machine before; docs/results/font_testbed.md). A changed recipe, dataset, library or CPU kind gives
+another file name, so such an entry is never picked up, and a cache shared by machines of two kinds holds one
+entry for each. The thread count is in the recipe because float reductions (a
 convolution's backward, a matrix product) are split over the intra-op threads, so the same recipe
 trained with 1 and with 2 threads ends on different weights (docs/results/testbed.md measured a
 3-point MAP@R gap between two such backbones); the trainer pins ``train.threads`` whatever the shell's
-``OMP_NUM_THREADS``. The entry stores its key, the thread count and library versions it was trained
-with, its backbone and input channels, a SHA-256 of its tensors
+``OMP_NUM_THREADS``. The entry stores its key, the thread count, library versions and CPU capability it was
+trained with, its backbone and input channels, a SHA-256 of its tensors
 and the recipe's full resolved config (every default included); ``read_pretrained`` compares that
 config with today's resolution of the recipe, so a changed *default* (say ``train.betas``) makes
 the entry stale too. A config field added since the entry was written takes its default, as it
@@ -60,6 +63,7 @@ from dmlkit.config import ExperimentConfig, config_differences, from_dict, to_di
 from dmlkit.config_migration import migrate_values
 from dmlkit.data.cache import cache_root
 from dmlkit.data.catalog import DATASETS
+from dmlkit.engine.environment import cpu_capability
 from dmlkit.models.config import ModelConfig
 
 __all__ = [
@@ -68,7 +72,7 @@ __all__ = [
     "resolve_pretrained_weights", "split_pretrained_name", "state_checksum", "training_conditions",
 ]
 
-PRETRAINED_FORMAT = 2  # 2: the entry records the threads and library versions it was trained with
+PRETRAINED_FORMAT = 3  # 2: the entry records the threads and library versions it was trained with; 3: and the CPU capability
 
 #: name -> the experiment config (as YAML values) whose trained backbone the name stands for.
 RECIPES: dict[str, dict[str, Any]] = {
@@ -175,6 +179,7 @@ def pretrained_key(name: str) -> str:
     record = {
         "format": PRETRAINED_FORMAT, "name": name, "recipe": _recipe_values(name), "data": _dataset_fingerprint(cfg),
         "torch": torch.__version__, "pytorch_metric_learning": pytorch_metric_learning.__version__,
+        "cpu_capability": cpu_capability(),
     }
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
 
@@ -239,12 +244,13 @@ def read_pretrained(name: str, path: Path | None = None) -> dict[str, Any] | Non
 
 
 def training_conditions(recipe: ExperimentConfig) -> dict[str, Any]:
-    """What besides the recipe decides the weights, as an entry records it: the intra-op thread count and the
-    versions of torch and pytorch-metric-learning."""
+    """What besides the recipe decides the weights, as an entry records it: the intra-op thread count, the
+    versions of torch and pytorch-metric-learning, and the instruction set of the CPU's kernels."""
     import pytorch_metric_learning
 
     return {"threads": recipe.train.threads, "versions": {"torch": str(torch.__version__),
-                                                           "pytorch_metric_learning": str(pytorch_metric_learning.__version__)}}
+                                                           "pytorch_metric_learning": str(pytorch_metric_learning.__version__)},
+            "cpu_capability": cpu_capability()}
 
 
 def _what_to_run(name: str) -> str:

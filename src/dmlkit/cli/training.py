@@ -149,10 +149,12 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
             raise ValueError(f"'{args.target}' names no pretrained backbone in model.pretrained; valid names: "
                              f"{', '.join(list_pretrained())} (each also as <name>@seed<N>)")
     path = ensure_pretrained(name, quiet=args.quiet, force=args.force)
-    summary = read_pretrained(name, path)["summary"]
-    val = summary.get("best_val", {})
+    entry = read_pretrained(name, path)
+    summary, val = entry["summary"], entry["summary"].get("best_val", {})
     print(f"pretrained backbone '{name}': {path}  (best step {summary.get('best_step')}, val "
-          f"{val.get('metric')} {val.get('value', float('nan')):.4f}, train time {summary.get('train_seconds', 0):.0f} s)")
+          f"{val.get('metric')} {val.get('value', float('nan')):.4f}, train time {summary.get('train_seconds', 0):.0f} s; "
+          f"tensor checksum {entry['checksum'][:16]}, built with {entry['threads']} thread(s) on {entry['cpu_capability']} "
+          "CPU kernels)")
     return 0
 
 

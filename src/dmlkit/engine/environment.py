@@ -1,5 +1,9 @@
 """What a run ran on: its world size, device kind, thread count and package versions (``environment.json``).
 
+A CPU is described with the vector instruction set ATen dispatches its kernels to (``cpu_capability``: ``AVX2``,
+``AVX512``, ...): kernels of another width sum in another order, so the same run on an AVX2 and an AVX512 machine
+ends on other weights (docs/results/font_testbed.md measured it on the pretraining of a backbone).
+
 The trainer writes the file when a run starts. The world size is part of the experiment: each
 process normalises its own slice of the global batch (batch normalisation) and the gathered loss
 is summed in another order, so a run resumed with another number of processes ends elsewhere
@@ -18,7 +22,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["PACKAGES", "check_resume", "current_environment", "package_versions", "read_environment"]
+__all__ = ["PACKAGES", "check_resume", "cpu_capability", "current_environment", "package_versions", "read_environment"]
 
 #: Distributions whose versions a run records (the first installed name of each tuple).
 PACKAGES = (("dmlkit",), ("torch",), ("lightning",), ("pytorch-metric-learning",), ("numpy",), ("faiss-cpu", "faiss-gpu", "faiss"))
@@ -37,11 +41,18 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def cpu_capability() -> str:
+    """The instruction set ATen's CPU kernels run with here (``torch.backends.cpu.get_cpu_capability()``: the
+    machine's widest, or what ``ATEN_CPU_CAPABILITY`` forces), e.g. ``AVX2``."""
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
 def device_description(device: torch.device) -> dict[str, str]:
-    """The kind of device a process trains on: ``{"type": "cuda", "name": "NVIDIA H100 ..."}`` or the CPU."""
+    """The kind of device a process trains on: ``{"type": "cuda", "name": "NVIDIA H100 ..."}`` or the CPU with its
+    kernels' instruction set (``{"type": "cpu", "name": "x86_64", "capability": "AVX2"}``)."""
     if device.type == "cuda":
         return {"type": "cuda", "name": torch.cuda.get_device_name(device)}
-    return {"type": device.type, "name": platform.processor() or platform.machine()}
+    return {"type": device.type, "name": platform.processor() or platform.machine(), "capability": cpu_capability()}
 
 
 def current_environment(world_size: int, num_nodes: int, device: torch.device, precision: str) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def _metric(value: Any) -> str:
 
 def _device(run: RunRecord) -> str:
     device = run.environment.get("device") or {}
-    return " ".join(str(device[k]) for k in ("type", "name") if device.get(k)) or "?"
+    return " ".join(str(device[k]) for k in ("type", "name", "capability") if device.get(k)) or "?"
 
 
 def _runs_section(runs: Sequence[RunRecord]) -> str:
