@@ -11,7 +11,7 @@ new loss only has to live in ``dmlkit/losses/<file>.py`` and use
 
 As ``pytorch_metric_learning.losses`` does, this package also exports every loss
 class of its own (``FastAPLoss``, ``L2SoftmaxLoss``, ``MetricCrossEntropyLoss``,
-``CrossBatchMemoryLoss``, ``ZeroShotPredictionLoss``, ``NPairLoss``, ...); the losses that are
+``CrossBatchMemoryLoss``, ``ZeroShotPredictionLoss``, ``NPairLoss``, ``TripletMarginLoss``, ...); the losses that are
 PML's with other defaults (ProxyNCA++, CosFace, ArcFace, ...) are PML's classes
 and come from ``create_loss``.  Add a new class to ``__all__`` below.
 """
@@ -31,6 +31,7 @@ from dmlkit.losses.npair_loss import NPairLoss
 from dmlkit.losses.one_hot import check_one_hot, one_hot_labels
 from dmlkit.losses.registry import *  # noqa: F403  (registry.__all__ is the one list of its names)
 from dmlkit.losses.soft_triple_regularizer import MergingCentersRegularizer
+from dmlkit.losses.triplet_margin_loss import TripletMarginLoss, all_triplet_indices
 from dmlkit.losses.weak_log_distance import WeakLogDistance
 from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
 
@@ -45,10 +46,12 @@ __all__ = [
     "MetricCrossEntropyLoss",
     "MetricLogDistance",
     "NPairLoss",
+    "TripletMarginLoss",
     "WeakLogDistance",
     "ZeroShotPredictionLoss",
     "build_loss",
     "check_one_hot",
+    "all_triplet_indices",
     "distance_weights",
     "fast_ap_per_query",
     "metric_bounds",

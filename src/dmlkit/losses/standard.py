@@ -25,6 +25,7 @@ from dmlkit.losses.fast_ap_loss import FastAPLoss
 from dmlkit.losses.npair_loss import NPairLoss
 from dmlkit.losses.registry import register_loss
 from dmlkit.losses.soft_triple_regularizer import MergingCentersRegularizer
+from dmlkit.losses.triplet_margin_loss import TripletMarginLoss
 
 # --------------------------------------------------------------------------- pair and tuple losses
 
@@ -56,15 +57,16 @@ def contrastive_c2(
     return pml_losses.ContrastiveLoss(pos_margin=pos_margin, neg_margin=neg_margin, **options)
 
 
-@register_loss("triplet", builds=pml_losses.TripletMarginLoss)
-def triplet(margin: float = 0.0961, triplets_per_anchor: Any = "all", **options: Any) -> pml_losses.TripletMarginLoss:
+@register_loss("triplet", builds=TripletMarginLoss)
+def triplet(margin: float = 0.0961, triplets_per_anchor: Any = "all", **options: Any) -> TripletMarginLoss:
     """Triplet margin loss (Weinberger & Saul 2009; Schroff et al. 2015): ``[d_ap - d_an + m]_+``.
 
     Defaults: ``margin = 0.0961`` -- thesis Sec. 3.3.2.1, Triplet, CUB.  Other
     datasets: Cars196 0.1190, In-shop 0.0451, SOP 0.0451.  ``triplets_per_anchor
-    = "all"`` (all triplets of the batch) is PML's default.
+    = "all"`` (all triplets of the batch) is PML's default.  PML's class, with all
+    triplets enumerated without its batch x references^2 mask (``triplet_margin_loss``).
     """
-    return pml_losses.TripletMarginLoss(margin=margin, triplets_per_anchor=triplets_per_anchor, **options)
+    return TripletMarginLoss(margin=margin, triplets_per_anchor=triplets_per_anchor, **options)
 
 
 @register_loss("margin", builds=pml_losses.MarginLoss)
