@@ -29,9 +29,12 @@ group() {
       font_testbed_proxy_anchor font_testbed_proxy_anchor_gsp font_testbed_proxy_anchor_gsp_zs ;;
     ccp)  # each CCP row against its loss validated as CCP is (*_val); the names do not tell it, so the pairs are named
       table all ccp "font_testbed_ccp=font_testbed_val font_testbed_ccp_patience1=font_testbed_val \
-font_testbed_triplet_ccp_sample=font_testbed_triplet_val font_testbed_contrastive_c2_ccp=font_testbed_contrastive_c2_val" \
+font_testbed_triplet_ccp_sample=font_testbed_triplet_val font_testbed_contrastive_c2_ccp=font_testbed_contrastive_c2_val \
+font_testbed_triplet_ccp_sample_patience1=font_testbed_triplet_val \
+font_testbed_contrastive_c2_ccp_patience1=font_testbed_contrastive_c2_val" \
         font_testbed_val font_testbed_ccp font_testbed_ccp_patience1 font_testbed_triplet_val font_testbed_triplet_ccp_sample \
-        font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp ;;
+        font_testbed_triplet_ccp_sample_patience1 font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp \
+        font_testbed_contrastive_c2_ccp_patience1 ;;
     reference)  # every loss against MS, FastAP's Hard batches against its Random ones, ProxyAnchor's proxy rates
       table all reference "font_testbed font_testbed_fastap_hard=font_testbed_fastap_random \
 font_testbed_proxy_anchor_lr100x=font_testbed_proxy_anchor" font_testbed \

@@ -44,6 +44,8 @@ export SEEDS=${SEEDS:-"0 1 2 3 4"} TRAIN_SECONDS=${TRAIN_SECONDS:-480} JOBS=${JO
 PAIRS="font_testbed font_testbed_npair font_testbed_triplet font_testbed_contrastive_c2 font_testbed_proxy_anchor \
 font_testbed_ccp=font_testbed_val font_testbed_ccp_patience1=font_testbed_val font_testbed_fastap_hard=font_testbed_fastap_random \
 font_testbed_triplet_ccp_sample=font_testbed_triplet_val font_testbed_contrastive_c2_ccp=font_testbed_contrastive_c2_val \
+font_testbed_triplet_ccp_sample_patience1=font_testbed_triplet_val \
+font_testbed_contrastive_c2_ccp_patience1=font_testbed_contrastive_c2_val \
 font_testbed_longtail font_testbed_longtail_balanced"
 if [ -z "${BASELINE:-}" ]; then
   BASELINE="" rows=" $(echo $ROWS) "
