@@ -13,8 +13,8 @@ where ``key`` is the SHA-256 of what determines the weights (``pretrained_key``)
 format, the name, the recipe as written (seed and ``train.threads`` included), the dataset's
 fingerprint (glyphs: version, selection rule, fonts, size), the versions of torch and
 pytorch-metric-learning, and the instruction set of the CPU's kernels (``cpu_capability``: AVX2 and AVX512
-kernels sum in other orders, and on a fresh AMD Zen 3 machine the ``brief`` recipes ended on other weights than
-on the AVX512 machine before; docs/results/font_testbed.md). A changed recipe, dataset, library or CPU kind gives
+kernels sum in other orders, and on a fresh AMD Zen 3 (AVX2) machine the ``brief`` recipes ended on other weights
+than on the machines before, of another kind; docs/results/font_testbed.md). A changed recipe, dataset, library or CPU kind gives
 another file name, so such an entry is never picked up, and a cache shared by machines of two kinds holds one
 entry for each. The thread count is in the recipe because float reductions (a
 convolution's backward, a matrix product) are split over the intra-op threads, so the same recipe
