@@ -42,8 +42,8 @@ print(json.dumps({"checksum": entry["checksum"], "threads": entry["threads"], "c
 
 
 def pretrain_in_shell(shell_threads: int, recipe_threads: int | None, cache: Path, **extra_env: str) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": str(shell_threads), "DMLKIT_CACHE": str(cache), **extra_env}
-    env.pop("ATEN_CPU_CAPABILITY", None) if "ATEN_CPU_CAPABILITY" not in extra_env else None
+    inherited = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}  # the machine's own kernels
+    env = {**inherited, "OMP_NUM_THREADS": str(shell_threads), "DMLKIT_CACHE": str(cache), **extra_env}
     done = subprocess.run([sys.executable, "-c", PRETRAIN_SCRIPT, GLYPH_ROOT, json.dumps(recipe_threads)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

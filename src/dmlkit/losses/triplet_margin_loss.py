@@ -10,7 +10,7 @@ built and scanned every step on the font testbed), as has a cross-batch memory.
 ``all_triplet_indices`` lists the same triplets in the same (anchor, positive, negative) order from the anchor-
 positive pairs: for each pair the anchor's negatives, a ``P x R`` mask (P pairs). ``TripletMarginLoss`` is PML's
 class with that enumeration; its losses, reduction and gradients are PML's bit for bit (tests/test_triplet_margin_loss.py)
-and ``benchmarks/triplet_all.py`` measures the speed.
+and ``benchmarks/triplet.py`` (``dmlkit bench triplet``) measures the speed.
 """
 
 from __future__ import annotations
