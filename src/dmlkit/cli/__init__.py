@@ -4,6 +4,7 @@
   before training), ``evaluate`` (a run's checkpoint on a split);
 - ``tables``: ``protocol`` (configs x seeds [x backbones] -> tables), ``sweep`` (a grid of overrides),
   ``report`` (HTML page of runs), ``geometry`` (SFT geometry of run groups), ``gallery`` (queries and neighbours);
+- ``tune``: ``tune`` (a hyperparameter study on Optuna);
 - ``data``: ``data list`` / ``data prepare`` / ``data draws``;
 - ``search``: ``embed``, ``index build``, ``search``, ``export``, ``serve``;
 - ``tools``: ``bench`` (benchmarks of a source checkout), ``study`` (controlled studies).
@@ -20,7 +21,7 @@ import sys
 import warnings
 from typing import Any, Callable
 
-from dmlkit.cli import data, search, tables, tools, training
+from dmlkit.cli import data, search, tables, tools, training, tune
 from dmlkit.cli.tools import BENCHMARKS, STUDIES
 from dmlkit.cli.training import print_summary
 from dmlkit.interrupts import RunsInterrupted
@@ -30,7 +31,7 @@ __all__ = ["BENCHMARKS", "COMMANDS", "STUDIES", "main", "print_summary"]
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 
 #: Every sub-command in the order ``dmlkit --help`` lists them.
-COMMANDS: dict[str, Command] = {**training.COMMANDS, **tables.COMMANDS, **data.COMMANDS, **tables.LATER, **search.COMMANDS,
+COMMANDS: dict[str, Command] = {**training.COMMANDS, **tables.COMMANDS, **tune.COMMANDS, **data.COMMANDS, **tables.LATER, **search.COMMANDS,
                                 **tools.COMMANDS}
 
 

@@ -116,8 +116,11 @@ class EvalConfig:
     embedding: str = "features"
     reference_split: str | None = None
     val_max_per_class: int | None = None
+    test: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.test, bool):
+            raise ValueError(f"eval.test must be true or false, got {self.test!r}")
         if self.embedding not in ("features", "classifier"):
             raise ValueError(f"eval.embedding must be 'features' or 'classifier', got {self.embedding!r}")
         if not self.ks or any(not is_int(k) or k < 1 for k in self.ks):

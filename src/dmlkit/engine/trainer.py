@@ -101,6 +101,7 @@ class Trainer:
         self.loader: EpochLoader | None = None  # dropped when fit ends, so its persistent workers stop
         self.signals: StopSignals | None = None  # while fit runs
         self._test_embeddings: tuple[Any, Any] = (None, None)  # the final test's embeddings and labels, for the plots
+        self.resumed_at: tuple[int, float] | None = None  # (step, train seconds) of the last.pt a resume continued
 
     # ----------------------------------------------------------------- set-up
     def _launch(self) -> None:
@@ -118,7 +119,8 @@ class Trainer:
                                           self.fabric.device, t.precision)
         if parts.pretrained is not None:  # the weights fine-tuned from: protocols pair runs only on the same ones
             environment["pretrained"] = parts.pretrained
-        resume = open_run_folder(self.folder, environment, parts.config_text, self.resuming, self.fabric.is_global_zero)
+        resume = open_run_folder(self.folder, environment, parts.config_text, self.resuming, self.fabric.is_global_zero,
+                                 parts.records)
         self.fabric.barrier()
         groups = exclude_from_weight_decay(parts.param_groups, parts.model, parts.objective)  # no_weight_decay()
         optimizer = build_optimizer(groups, t)
@@ -138,6 +140,9 @@ class Trainer:
         self.log = MetricsLog(self.folder.metrics, write=self.fabric.is_global_zero)
         if resume is not None:
             self._load_last()
+            self.resumed_at = (self.state.step, self.state.elapsed)
+            self._say(f"resuming from step {self.state.step} of {t.max_steps} ({self.folder.last_checkpoint.name}, "
+                      f"{self.state.elapsed:.0f} s trained before)")
             if self.fabric.is_global_zero:
                 record_resume(self.folder, *resume, environment, self.state.step)
 
@@ -340,10 +345,12 @@ class Trainer:
         self.fabric.barrier()  # rank 0 has written best.pt
         fault_point("final_test")
         self.restore_best()
-        self._say(f"testing the best weights (step {self.stopper.best_step}) on {len(self.splits.test)} test images")
-        test, embeddings, labels = self.evaluator.test(self.splits.test, self.splits.reference, keep_embeddings=self.plots)
-        self.log.append({"split": "test", "step": self.state.step, **test})
-        self._test_embeddings = (embeddings, labels)
+        test: dict[str, float] = {}
+        if self.eval_cfg.test:
+            self._say(f"testing the best weights (step {self.stopper.best_step}) on {len(self.splits.test)} test images")
+            test, embeddings, labels = self.evaluator.test(self.splits.test, self.splits.reference, keep_embeddings=self.plots)
+            self.log.append({"split": "test", "step": self.state.step, **test})
+            self._test_embeddings = (embeddings, labels)
         return {
             "name": self.parts.name,
             "seed": self.parts.seed,
@@ -369,6 +376,8 @@ class Trainer:
 
         self.folder.plots.mkdir(exist_ok=True)
         plots.training_curves(self.log.read(), self.folder.plots / "training_curves.png")
+        if embeddings is None:  # not tested (eval.test: false)
+            return
         plots.embedding_projection(embeddings, labels, self.folder.plots / "test_embeddings_pca.png")
         plots.distance_histogram(embeddings, labels, self.folder.plots / "test_distances.png", seed=self.parts.seed)
 

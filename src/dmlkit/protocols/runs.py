@@ -42,11 +42,12 @@ def _check_same_config(cfg: ExperimentConfig, folder: RunFolder) -> None:
         )
 
 
-def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True) -> dict[str, Any]:
+def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
     """The summary of the run of ``cfg`` in ``run_dir``, training (or resuming) it if needed.
 
     A folder holding a run of a *different* config is an error, so a changed
-    config never silently reuses stale results.
+    config never silently reuses stale results. ``callbacks`` (``dmlkit.engine.callbacks.Callback``) join the
+    run's own, e.g. a search's pruning.
     """
     from dmlkit.assemble import build_trainer, resume_trainer
 
@@ -58,8 +59,8 @@ def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True) -> 
 
     ensure_pretrained_for(cfg, quiet=quiet)  # a named pretrained backbone is built on first use
     if folder.last_checkpoint.is_file():
-        return resume_trainer(run_dir, quiet=quiet).fit()
-    return build_trainer(cfg, run_dir, quiet=quiet).fit()  # a run stopped before its first checkpoint starts again
+        return resume_trainer(run_dir, callbacks, quiet=quiet).fit()
+    return build_trainer(cfg, run_dir, callbacks, quiet=quiet).fit()  # a run stopped before its first checkpoint starts again
 
 
 def reuse_only(cfg: ExperimentConfig, run_dir: Path) -> Summary:

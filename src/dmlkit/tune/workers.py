@@ -1,0 +1,217 @@
+"""The worker loop of a study: take a trial, train its runs, report its value, until the study has its trials.
+
+Every worker (one process; ``--jobs K`` starts K of them, and every machine sharing a PostgreSQL study runs its
+own) runs the same loop, so the trial cap is global: a trial counts once, whether it completed, was pruned or
+failed for its own reason. A trial whose worker died counts through its retry only, and a trial taken while the
+cap was already reached by others is marked ``beyond_cap`` and not counted. Before each trial a worker on the
+local journal fails the running trials of dead workers (``dmlkit.tune.liveness``); on PostgreSQL Optuna's
+heartbeat does it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dmlkit.tune.space import SearchSpace
+from dmlkit.tune.study_setup import SearchSettings, StudyDefinition, make_pruner, make_sampler
+from dmlkit.tune.trial_runs import run_trial
+
+__all__ = ["TrialFailed", "WorkerJob", "counted_trials", "run_worker"]
+
+BEYOND_CAP = "beyond_cap"
+
+
+class TrialFailed(Exception):
+    """A trial that failed for a reason of its own (a config its values make invalid, a NaN loss); the study goes on."""
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """Everything one worker process needs (picklable: sent to spawned workers)."""
+
+    study_dir: str
+    study_name: str
+    storage_url: str | None
+    definition: StudyDefinition
+    space: SearchSpace
+    settings: SearchSettings
+    trials: int
+    threads: int = 0
+
+
+def _retried_number(trial: Any) -> int | None:
+    import warnings
+
+    from optuna.exceptions import ExperimentalWarning
+    from optuna.storages import RetryFailedTrialCallback
+
+    with warnings.catch_warnings():  # stable since Optuna 2.8; still flagged experimental
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return RetryFailedTrialCallback.retried_trial_number(trial)
+
+
+def _retried_numbers(trials: list[Any]) -> set[int]:
+    return {n for t in trials if (n := _retried_number(t)) is not None}
+
+
+def counted_trials(trials: list[Any]) -> list[Any]:
+    """The trials that count towards the cap: all but failed ones that were retried or beyond the cap."""
+    from optuna.trial import TrialState
+
+    retried = _retried_numbers(trials)
+    return [t for t in trials
+            if not (t.state == TrialState.FAIL and (t.number in retried or t.user_attrs.get(BEYOND_CAP)))]
+
+
+def _waiting(trials: list[Any]) -> bool:
+    from optuna.trial import TrialState
+
+    return any(t.state == TrialState.WAITING for t in trials)
+
+
+def origin_number(trial: Any) -> int:
+    """The number of the trial a retry repeats (its own number when it is no retry): the run folders' name."""
+    import warnings
+
+    from optuna.exceptions import ExperimentalWarning
+    from optuna.storages import RetryFailedTrialCallback
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        history = RetryFailedTrialCallback.retry_history(trial)
+    return history[0] if history else trial.number
+
+
+class _Objective:
+    def __init__(self, job: WorkerJob, study: Any, worker_id: str) -> None:
+        self.job, self.study, self.worker_id = job, study, worker_id
+
+    def __call__(self, trial: Any) -> float:
+        from dmlkit.tune.liveness import WORKER_ATTR
+
+        trial.set_user_attr(WORKER_ATTR, self.worker_id)
+        frozen = self.study._storage.get_trial(trial._trial_id)
+        counted = counted_trials(self.study.get_trials(deepcopy=False))
+        if sum(t.number < trial.number for t in counted) >= self.job.trials:
+            trial.set_user_attr(BEYOND_CAP, True)
+            raise TrialFailed(f"the study already has its {self.job.trials} trials")
+        values = self.job.space.suggest(trial)
+        number = origin_number(frozen)
+        trial_dir = Path(self.job.study_dir) / "trials" / f"{number:04d}"
+        trial.set_user_attr("run_dir", str(Path("trials") / f"{number:04d}"))
+        name = f"{yaml_name(self.job.definition)}-trial{number:04d}"
+        try:
+            score = run_trial(self.job.definition.plan, values, trial_dir, name, trial)
+        except Exception as err:
+            if _passes_through(err):
+                raise
+            trial.set_user_attr("fail_reason", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:400])
+            raise TrialFailed(str(err)) from err
+        for key, value in (("sem", score.sem), ("fold_values", list(score.fold_values)), ("steps", list(score.steps)),
+                           ("best_steps", list(score.best_steps)), ("train_seconds", round(score.seconds, 2))):
+            trial.set_user_attr(key, value)
+        return score.value
+
+
+def _passes_through(err: BaseException) -> bool:
+    """Pruning and interruptions are not a trial's failure: Optuna records the first, the loop handles the second."""
+    import optuna
+
+    from dmlkit.engine.signals import TrainingInterrupted
+
+    return isinstance(err, (optuna.TrialPruned, TrainingInterrupted))
+
+
+def yaml_name(definition: StudyDefinition) -> str:
+    import yaml
+
+    return str((yaml.safe_load(definition.config_text) or {}).get("name", "experiment"))
+
+
+def _retry_interrupted(study: Any, worker_id: str) -> None:
+    """Enqueue the trial this worker was running when it was interrupted, so the next run resumes it."""
+    from optuna.trial import TrialState
+
+    from dmlkit.tune.liveness import WORKER_ATTR
+    from dmlkit.tune.storage import retry_callback
+
+    trials = study.get_trials(deepcopy=False)
+    retried = _retried_numbers(trials)
+    for trial in trials:
+        if (trial.state == TrialState.FAIL and trial.user_attrs.get(WORKER_ATTR) == worker_id
+                and trial.number not in retried and not trial.user_attrs.get(BEYOND_CAP)
+                and "fail_reason" not in trial.user_attrs):
+            study._storage.set_trial_user_attr(trial._trial_id, "fail_reason", "interrupted; retried by the next run")
+            retry_callback()(study, study._storage.get_trial(trial._trial_id))
+
+
+def _quiet_optuna() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def run_worker(job: WorkerJob, say: Any = None) -> int:
+    """Run trials until the study counts ``job.trials`` of them; returns how many this worker ran."""
+    import optuna
+    import torch
+
+    from dmlkit.config import load_config
+    from dmlkit.engine.signals import TrainingInterrupted
+    from dmlkit.tune.liveness import WorkerLock, fail_stale_trials
+    from dmlkit.tune.storage import is_shared, open_storage
+
+    _quiet_optuna()
+    if job.threads > 0:
+        torch.set_num_threads(job.threads)
+    study_dir = Path(job.study_dir)
+    cfg = load_config(job.definition.plan.config_path, list(job.definition.plan.overrides))
+    budget = cfg.train.max_steps * len(job.definition.plan.fold_indices())
+    storage = open_storage(study_dir, job.storage_url)
+    study = optuna.load_study(study_name=job.study_name, storage=storage, sampler=make_sampler(job.settings),
+                              pruner=make_pruner(job.settings, cfg.train.val_every, budget))
+    ran = 0
+    with WorkerLock(study_dir) as lock:
+        objective = _Objective(job, study, lock.id)
+        while True:
+            if not is_shared(job.storage_url):
+                for number in fail_stale_trials(study, study_dir):
+                    _say(say, f"trial {number}: its worker died; enqueued again (it resumes from its run folder)")
+            trials = study.get_trials(deepcopy=False)
+            if len(counted_trials(trials)) >= job.trials and not _waiting(trials):
+                return ran
+            try:
+                study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+            except (TrainingInterrupted, KeyboardInterrupt):
+                _retry_interrupted(study, lock.id)
+                raise
+            ran += 1
+            _report_last(study, lock.id, say)
+
+
+def _say(say: Any, message: str) -> None:
+    if say is not None:
+        say(message)
+
+
+def _report_last(study: Any, worker_id: str, say: Any) -> None:
+    from dmlkit.tune.liveness import WORKER_ATTR
+
+    mine = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get(WORKER_ATTR) == worker_id]
+    if not mine or say is None:
+        return
+    trial = mine[-1]
+    if trial.user_attrs.get(BEYOND_CAP):
+        return
+    value = "" if trial.value is None else f" value {trial.value:.4f}"
+    reason = f" ({trial.user_attrs['fail_reason']})" if "fail_reason" in trial.user_attrs else ""
+    say(f"trial {trial.number}: {trial.state.name.lower()}{value}{reason}")
+
+
+def worker_entry(job: WorkerJob, quiet: bool) -> int:
+    """The target of a spawned worker process."""
+    say = None if quiet else (lambda line: print(f"dmlkit tune: {line}", file=sys.stderr, flush=True))
+    return run_worker(job, say)
