@@ -20,6 +20,7 @@ from torch import nn
 
 from dmlkit.assemble.eval_model import evaluation_model
 from dmlkit.assemble.pretrained import resolve_pretrained_weights
+from dmlkit.assemble.run_records import run_records, with_split_record
 from dmlkit.config import ExperimentConfig, dump_config, load_config
 from dmlkit.data import build_datasets, create_batch_sampler, create_dataset
 from dmlkit.data.catalog import dataset_splits, split_options, training_set
@@ -148,9 +149,9 @@ def build_run(cfg: ExperimentConfig) -> RunParts:
     """Everything the trainer needs for ``cfg``, built before any run folder is touched (config errors come first)."""
     splits = build_splits(cfg)
     check_trainable(splits.train)
-    for split, dataset in {id(d): (n, d) for n, d in (("validation", splits.val), ("test", splits.test),
-                                                      ("reference", splits.reference)) if d is not None}.values():
-        check_images_open(dataset, split)  # an unreadable test image is found now, not after the training
+    # every unreadable image of every split in one error now, not one per run nor after the training
+    check_images_open([(n, d) for n, d in (("train", splits.train), ("test", splits.test), ("reference", splits.reference),
+                                           ("validation", splits.val)) if d is not None])
     splits = validation_sample(cfg, splits)
     warn_shared_classes(cfg, splits)
     built = build_model(cfg, splits.train)
@@ -165,7 +166,7 @@ def build_run(cfg: ExperimentConfig) -> RunParts:
         batch_sampler=sampler, param_groups=parameter_groups(built.model, objective, t, claimed),
         stopper=_stopper(cfg, methods), eval_model=lambda model: evaluation_model(model, objective, source, methods),
         callbacks=[cb for m in methods for cb in m.callbacks()], encode=encode, forward_methods=forward_methods,
-        plots=cfg.plots, num_workers=cfg.data.num_workers, pretrained=built.pretrained,
+        plots=cfg.plots, num_workers=cfg.data.num_workers, pretrained=built.pretrained, records=run_records(cfg, splits),
     )
 
 
@@ -220,7 +221,7 @@ def resume_trainer(run_dir: str | Path, callbacks: Sequence[Callback] = (), quie
     """
     folder = RunFolder(run_dir)
     folder.check_started()
-    cfg = load_config(folder.config)
+    cfg = with_split_record(load_config(folder.config), folder.path)  # the classes the run started with
     pin_threads(cfg.train.threads)
     return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet, resuming=True)
 

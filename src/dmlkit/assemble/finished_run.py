@@ -24,6 +24,7 @@ from torch.utils.data import Subset
 
 from dmlkit.assemble.build import build_model, build_splits, run_split
 from dmlkit.assemble.eval_model import evaluation_model, feature_model
+from dmlkit.assemble.run_records import with_split_record
 from dmlkit.config import ExperimentConfig, load_config
 from dmlkit.engine.checkpoint import CheckpointError, load_checkpoint, load_model_state, non_finite_entries
 from dmlkit.distributed import shard_indices
@@ -120,7 +121,7 @@ def load_finished_run(run_or_checkpoint: str | Path, in_channels: int | None = N
     embedder is rebuilt (``objective`` is None).
     """
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
-    cfg = load_config(folder.config)
+    cfg = with_split_record(load_config(folder.config), folder.path)  # a flat image folder: the run's own classes
     state = load_checkpoint(checkpoint)
     check_finite_weights(state, checkpoint)
     if in_channels is not None and cfg.eval.embedding == "features":

@@ -13,11 +13,16 @@ __all__ = ["COMMANDS"]
 
 def _embed_arguments(embed: argparse.ArgumentParser) -> None:
     embed.add_argument("run", help="a run folder (its best.pt) or a checkpoint inside one")
-    embed.add_argument("--images", required=True, help="a folder of images (class = parent folder) or a list file")
+    source = embed.add_mutually_exclusive_group(required=True)
+    source.add_argument("--images", help="a folder of images (class = parent folder) or a list file")
+    source.add_argument("--split", help="the images of the run's own split (e.g. test: the classes the run tested on)")
     embed.add_argument("--out", default="embeddings.npy", help="embeddings .npy; paths/labels go to <stem>.meta.json")
     embed.add_argument("--batch-size", type=int, default=None, help="images per forward pass (default: eval.batch_size)")
     embed.add_argument("--chunk-size", type=int, default=4096, help="images per saved chunk (the unit of resume)")
     embed.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    embed.add_argument("--on-corrupt", choices=["error", "skip"], default="error",
+                       help="unreadable images: error (list them all and stop) or skip (leave them out, listed in "
+                            "<stem>.skipped.json)")
     add_quiet(embed, "no progress bar")
 
 
@@ -65,11 +70,19 @@ def _serve_arguments(serve: argparse.ArgumentParser) -> None:
 
 def _cmd_embed(args: argparse.Namespace) -> int:
     from dmlkit.search import embed_images
+    from dmlkit.search.embed_images import skipped_path_for
 
-    r = embed_images(args.run, args.images, args.out, batch_size=args.batch_size, chunk_size=args.chunk_size,
-                     num_workers=args.workers, quiet=args.quiet)
+    images = args.images
+    if args.split is not None:
+        from dmlkit.search.split_images import split_images
+
+        images = split_images(args.run, args.split)
+    r = embed_images(args.run, images, args.out, batch_size=args.batch_size, chunk_size=args.chunk_size,
+                     num_workers=args.workers, quiet=args.quiet, on_corrupt=args.on_corrupt)
+    left_out = f"; {r.images_skipped} unreadable image(s) left out, listed in {skipped_path_for(r.embeddings)}" \
+        if args.on_corrupt == "skip" else ""
     print(f"{r.count} x {r.dim} embeddings -> {r.embeddings} (+ {r.meta.name}); "
-          f"chunks computed {r.chunks_computed}, already done {r.chunks_skipped}")
+          f"chunks computed {r.chunks_computed}, already done {r.chunks_skipped}{left_out}")
     return 0
 
 

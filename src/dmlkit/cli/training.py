@@ -90,7 +90,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"dmlkit train: {stop}", file=sys.stderr)
         return stop.exit_code
     if trainer.fabric.is_global_zero:
-        print_summary(summary, trainer.folder.path, wall_seconds=time.monotonic() - started)
+        print_summary(summary, trainer.folder.path, wall_seconds=time.monotonic() - started, resumed_at=trainer.resumed_at)
     _close_process_group()
     return 0
 
@@ -105,21 +105,36 @@ def _close_process_group() -> None:
         dist.destroy_process_group()
 
 
-def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | None = None) -> None:
-    """The test metrics of a finished run as a table, in percent as every printed table of dmlkit
-    (``summary.json`` and the JSON of ``dmlkit evaluate`` keep fractions)."""
-    from rich.console import Console
+def metrics_table(title: str, metrics: dict[str, Any]) -> Any:
+    """A rich table of ``metrics`` (fractions) in percent, the unit of every printed table of dmlkit."""
     from rich.table import Table
 
-    table = Table(title=f"{summary['name']}: test metrics after {summary['steps']} steps (best step {summary['best_step']})")
+    table = Table(title=title)
     table.add_column("metric")
     table.add_column("%", justify="right")
-    for key, value in summary["test"].items():
-        table.add_row(key, f"{100 * value:.2f}")
+    for key, value in metrics.items():
+        table.add_row(key, f"{100 * value:.2f}" if isinstance(value, (int, float)) else str(value))
+    return table
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | None = None,
+                  resumed_at: tuple[int, float] | None = None) -> None:
+    """The test metrics of a finished run as a table, in percent as every printed table of dmlkit
+    (``summary.json`` and the JSON of ``dmlkit evaluate`` keep fractions). ``resumed_at``: the step and train
+    seconds a resumed run continued from, so the train time (of the whole run) and the wall time (of this
+    process) are told apart."""
+    from rich.console import Console
+
     console = Console()
-    console.print(table)
-    wall = "" if wall_seconds is None else f"; wall time {wall_seconds:.0f} s with loading, evaluation and plots"
-    console.print(f"run folder: {run_dir}  (train time {summary['train_seconds']:.0f} s{wall})")
+    title = f"{summary['name']}: test metrics after {summary['steps']} steps (best step {summary['best_step']})"
+    console.print(metrics_table(title, summary["test"]))
+    train = f"train time {summary['train_seconds']:.0f} s"
+    if resumed_at is not None:
+        train += f", {resumed_at[1]:.0f} s of it before the resume at step {resumed_at[0]}"
+    wall = "" if wall_seconds is None else (
+        f"; wall time {wall_seconds:.0f} s{' of this resume' if resumed_at is not None else ''} with loading, "
+        "evaluation and plots")
+    console.print(f"run folder: {run_dir}  ({train}{wall})")
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -132,6 +147,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         from dmlkit.report.diagnostics import run_diagnostics
 
         metrics = {"metrics": metrics, "diagnostics": run_diagnostics(args.run, split=args.split)}
+    from rich.console import Console
+
+    scores = metrics.get("metrics", metrics)
+    Console(stderr=True).print(metrics_table(f"{Path(args.run).name}: {args.split} metrics in % (stdout: the JSON, "
+                                             "fractions)", scores))
     print(json.dumps(metrics, indent=2))
     return 0
 

@@ -47,7 +47,8 @@ class RunParts:
     ``eval_model(model)`` wraps a (bare or Fabric-wrapped) model into the module whose outputs are
     evaluated; ``forward_methods`` are model methods besides ``forward`` that ``encode`` calls
     (Fabric must be told about them); ``config_text`` is written to the run folder's config.yaml;
-    ``pretrained`` (``assemble.pretrained.resolve_pretrained_weights``) to its environment.json.
+    ``pretrained`` (``assemble.pretrained.resolve_pretrained_weights``) to its environment.json;
+    ``records`` (``{file name: JSON content}``, e.g. a dataset's class split) beside them at a fresh start.
     """
 
     name: str
@@ -66,3 +67,4 @@ class RunParts:
     plots: bool = True
     num_workers: int = 0
     pretrained: dict[str, str] | None = None
+    records: dict[str, Any] = field(default_factory=dict)

@@ -23,9 +23,11 @@ Resume = tuple[dict[str, Any] | None, dict[str, list[Any]]]  # the recorded envi
 
 
 def open_run_folder(folder: RunFolder, environment: dict[str, Any], config_text: str, resuming: bool,
-                    is_global_zero: bool) -> Resume | None:
+                    is_global_zero: bool, records: dict[str, Any] | None = None) -> Resume | None:
     """Lock ``folder`` for a fresh start (returns None) or for a continuation from ``last.pt`` (returns the
-    recorded environment and what differs from it now). Only rank 0 writes the folder."""
+    recorded environment and what differs from it now). Only rank 0 writes the folder; a fresh start writes
+    ``records`` (``{file name: JSON content}``) beside the config."""
+    records = records or {}
     if resuming and folder.last_checkpoint.is_file():
         folder.prepare_resume()
         saved = read_environment(folder.environment)
@@ -35,9 +37,11 @@ def open_run_folder(folder: RunFolder, environment: dict[str, Any], config_text:
             folder.remove_temporaries()
         return saved, differences
     if is_global_zero:
-        folder.start_new(config_text, own_config=resuming)  # a resume without last.pt restarts
+        folder.start_new(config_text, own_config=resuming, records=tuple(records))  # a resume without last.pt restarts
         write_text_atomic(folder.config, config_text)
         write_json_atomic(folder.environment, environment)
+        for name, content in records.items():
+            write_json_atomic(folder.path / name, content)
     return None
 
 

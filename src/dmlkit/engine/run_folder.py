@@ -51,17 +51,18 @@ class RunFolder:
     plots = property(lambda self: self.path / "plots")
     environment = property(lambda self: self.path / "environment.json")
 
-    def start_new(self, config_text: str, own_config: bool = False) -> None:
+    def start_new(self, config_text: str, own_config: bool = False, records: tuple[str, ...] = ()) -> None:
         """Create and lock the folder of a fresh run and clear what an unstarted run left; refuse to overwrite a run.
 
         ``own_config``: ``config_text`` is the folder's own config (a resume that found no ``last.pt``).
+        ``records``: further files the run writes before its first checkpoint (``RunParts.records``).
         The caller writes ``config.yaml`` after this returns; the lock is held until ``release()``.
         """
         self._check_writable()
         self.acquire()
         try:
             self.remove_temporaries()
-            self._clear_unstarted(config_text, own_config)
+            self._clear_unstarted(config_text, own_config, frozenset(records))
         except BaseException:
             self.release()
             raise
@@ -70,7 +71,7 @@ class RunFolder:
         """Delete the temporary files of writes killed in this folder (see ``dmlkit.io.remove_stale_temporaries``)."""
         return remove_stale_temporaries(self.path)
 
-    def _clear_unstarted(self, config_text: str, own_config: bool) -> None:
+    def _clear_unstarted(self, config_text: str, own_config: bool, records: frozenset[str] = frozenset()) -> None:
         entries = {p.name for p in self.path.iterdir()} - {".lock"}
         if not entries:
             return
@@ -84,7 +85,7 @@ class RunFolder:
                 f"run folder '{self.path}' already holds a run; resume it with --resume {self.path}, "
                 "or choose another name (--set name=...), output_dir or --run-dir"
             )
-        foreign = sorted(entries - BEFORE_FIRST_CHECKPOINT - {self.best_checkpoint.name})
+        foreign = sorted(entries - BEFORE_FIRST_CHECKPOINT - records - {self.best_checkpoint.name})
         if foreign:
             raise ValueError(
                 f"run folder '{self.path}' holds files that are not those of an unstarted run ({', '.join(foreign[:5])}); "
@@ -104,7 +105,7 @@ class RunFolder:
             + (" with its config.yaml" if own_config else ""),
             RuntimeWarning, stacklevel=3,
         )
-        for leftover in (self.metrics, self.environment):
+        for leftover in (self.metrics, self.environment, *(self.path / name for name in records)):
             leftover.unlink(missing_ok=True)
 
     def _last_logged_step(self) -> str:
@@ -123,24 +124,42 @@ class RunFolder:
         A second trainer on the same folder (a resumed run while the first still
         runs, an orphaned worker of a stopped ``dmlkit protocol``) gets a
         ``ValueError`` instead of interleaving its checkpoints and log with the first.
-        The lock ends with the process or ``release()``.
+        The lock ends with the process or ``release()``; ``release()`` also removes
+        ``.lock``, so a folder left by a clean finish holds none (one left by a killed
+        process is not held, and the next run takes it over).
         """
         import fcntl
 
-        handle = open(self.path / ".lock", "w")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        lock = self.path / ".lock"
+        while True:
+            handle = open(lock, "a")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                raise ValueError(
+                    f"run folder '{self.path}' is being written by another process (it holds the lock "
+                    f"'{lock}'); wait for that run to end or stop it, then resume"
+                ) from None
+            # A releasing process unlinks the file it locked; a lock taken on that unlinked file guards
+            # nothing, so take the lock again on the file the path names now.
+            try:
+                same = os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
             handle.close()
-            raise ValueError(
-                f"run folder '{self.path}' is being written by another process (it holds the lock "
-                f"'{self.path / '.lock'}'); wait for that run to end or stop it, then resume"
-            ) from None
         self._lock = handle
 
     def release(self) -> None:
+        """Drop the lock and remove ``.lock``: unlinked while still held, so no other process can hold it then."""
         handle = getattr(self, "_lock", None)
         if handle is not None:
+            try:
+                (self.path / ".lock").unlink(missing_ok=True)
+            except OSError:  # a read-only folder: the file stays, unlocked, as after a killed run
+                pass
             handle.close()  # closing the file drops the flock
             self._lock = None
 

@@ -14,6 +14,12 @@ skips the chunks already done (and removes the temporary files a killed job left
 the parts folder guards against mixing jobs (other images, another checkpoint, another chunk size).
 When all chunks are there they are joined into ``out`` and the parts folder is removed; a finished
 job run again does nothing.
+
+Unreadable files: by default (``on_corrupt="error"``) every image header is opened before anything is
+embedded and all files that are not images are named in one error; a truncated file is found when it
+is decoded. ``on_corrupt="skip"`` decodes every image once first, leaves the unreadable ones out (the
+rows are the readable images, in order) and lists them with their reasons in ``<stem>.skipped.json``
+beside the embeddings (an empty list when none was); the meta's ``skipped`` counts them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from dmlkit.data.datasets.unreadable import check_on_corrupt, listed, readable_indices, unopenable
 from dmlkit.io import atomic_write, remove_stale_temporaries, write_json_atomic
 from dmlkit.search.image_list import ImageList, list_images
 from dmlkit.search.preprocess import ImagePreprocess
@@ -49,6 +56,7 @@ class EmbedResult:
     dim: int
     chunks_computed: int
     chunks_skipped: int
+    images_skipped: int = 0  # unreadable images left out (on_corrupt="skip")
 
 
 class _Files(Dataset):
@@ -59,7 +67,11 @@ class _Files(Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> torch.Tensor:
-        return self.preprocess.load(self.paths[index])
+        try:
+            return self.preprocess.load(self.paths[index])
+        except ValueError as err:
+            raise ValueError(f"{err}; remove or replace it, or pass --on-corrupt skip (on_corrupt='skip') to leave "
+                             "unreadable images out") from err
 
 
 def meta_path_for(embeddings: str | Path) -> Path:
@@ -68,14 +80,20 @@ def meta_path_for(embeddings: str | Path) -> Path:
     return path.with_name(f"{path.stem}.meta.json")
 
 
+def skipped_path_for(embeddings: str | Path) -> Path:
+    """``embeddings.npy`` -> ``embeddings.skipped.json`` (``on_corrupt="skip"``: the images left out)."""
+    path = Path(embeddings)
+    return path.with_name(f"{path.stem}.skipped.json")
+
+
 def _parts_dir(out: Path) -> Path:
     return out.with_name(f"{out.stem}.parts")
 
 
-def _fingerprint(images: ImageList, run: RunModel, chunk_size: int) -> str:
+def _fingerprint(images: ImageList, run: RunModel, chunk_size: int, on_corrupt: str) -> str:
     stat = run.checkpoint.stat()
     h = hashlib.sha256()
-    h.update(f"{run.checkpoint}|{stat.st_size}|{stat.st_mtime_ns}|{chunk_size}\n".encode())
+    h.update(f"{run.checkpoint}|{stat.st_size}|{stat.st_mtime_ns}|{chunk_size}|{on_corrupt}\n".encode())
     for p in images.paths:
         h.update(str(p.resolve()).encode() + b"\n")
     return h.hexdigest()
@@ -86,7 +104,7 @@ def _save_npy_atomic(path: Path, array: np.ndarray) -> None:
         np.save(fh, array)
 
 
-def _open_parts(parts: Path, fingerprint: str, total_chunks: int) -> None:
+def _open_parts(parts: Path, fingerprint: str, total_chunks: int) -> None:  # chunks before any image is skipped
     manifest = parts / "manifest.json"
     if parts.is_dir() and manifest.is_file():
         found = json.loads(manifest.read_text()).get("fingerprint")
@@ -118,12 +136,15 @@ def embed_images(
     num_workers: int = 0,
     quiet: bool = False,
     on_chunk: Callable[[int, int], None] | None = None,
+    on_corrupt: str = "error",
 ) -> EmbedResult:
     """Embed ``images`` with ``run`` (a run folder, checkpoint or ``RunModel``) into ``out``; see the module docstring.
 
     ``batch_size`` defaults to the run's ``eval.batch_size``. ``on_chunk(index, total)`` is called after
     each chunk is saved (progress hooks; raising there interrupts the job, which resumes later).
+    ``on_corrupt``: ``"error"`` or ``"skip"`` unreadable images (module docstring).
     """
+    check_on_corrupt(on_corrupt)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive number of images, got {chunk_size}")
     out = Path(out)
@@ -134,18 +155,25 @@ def embed_images(
     batch = int(batch_size or model.config.eval.batch_size)
     if batch < 1:
         raise ValueError(f"batch_size must be positive, got {batch}")
-    fingerprint = _fingerprint(items, model, chunk_size)
-    total_chunks = -(-len(items) // chunk_size)
+    fingerprint = _fingerprint(items, model, chunk_size, on_corrupt)
     if (done := _finished(out, fingerprint)) is not None:
-        return EmbedResult(out, meta_path_for(out), done["count"], done["dim"], 0, total_chunks)
+        chunks = -(-done["count"] // chunk_size)
+        return EmbedResult(out, meta_path_for(out), done["count"], done["dim"], 0, chunks, done.get("skipped", 0))
+    if on_corrupt == "error" and (bad := unopenable(items.paths)):
+        raise ValueError(f"{len(bad)} of {len(items)} image(s) cannot be read:\n{listed(bad)}\nremove or replace "
+                         "them, or pass --on-corrupt skip (on_corrupt='skip') to leave unreadable images out")
     out.parent.mkdir(parents=True, exist_ok=True)
     parts = _parts_dir(out)
-    _open_parts(parts, fingerprint, total_chunks)
+    _open_parts(parts, fingerprint, -(-len(items) // chunk_size))
     remove_stale_temporaries(parts)  # chunks of a killed job that were being written
-    remove_stale_temporaries(out.parent, targets=[out.name, meta_path_for(out).name])
+    remove_stale_temporaries(out.parent, targets=[out.name, meta_path_for(out).name, skipped_path_for(out).name])
+    skipped: list[tuple[str, str]] | None = None
+    if on_corrupt == "skip":
+        items, skipped = _readable(items, parts)
+    total_chunks = -(-len(items) // chunk_size)
     chunk_file = [parts / f"chunk-{i:06d}.npy" for i in range(total_chunks)]
     todo = [i for i in range(total_chunks) if not chunk_file[i].is_file()]
-    skipped = total_chunks - len(todo)
+    done_before = total_chunks - len(todo)
     done_images = len(items) - sum(min(chunk_size, len(items) - i * chunk_size) for i in todo)
     with _progress(quiet) as progress:
         task = progress.add_task("embed", total=len(items), completed=done_images)
@@ -175,9 +203,28 @@ def embed_images(
         "labels": items.labels,
         "class_names": items.class_names,
     }
+    if skipped is not None:
+        meta["skipped"] = len(skipped)
+        write_json_atomic(skipped_path_for(out), [{"path": path, "reason": reason} for path, reason in skipped])
     write_json_atomic(meta_path_for(out), meta)
     shutil.rmtree(parts, ignore_errors=True)
-    return EmbedResult(out, meta_path_for(out), meta["count"], meta["dim"], len(todo), skipped)
+    return EmbedResult(out, meta_path_for(out), meta["count"], meta["dim"], len(todo), done_before,
+                       len(skipped or ()))
+
+
+def _readable(items: ImageList, parts: Path) -> tuple[ImageList, list[tuple[str, str]]]:
+    """``items`` without its unreadable images, and ``[(path, reason)]`` of those; decided once per job (kept in
+    the parts folder, so a resumed job cuts the same chunks without decoding every image again)."""
+    record = parts / "skipped.json"
+    if record.is_file():
+        skipped = [tuple(entry) for entry in json.loads(record.read_text())]
+    else:
+        _, skipped = readable_indices(items.paths, "dmlkit embed")
+        write_json_atomic(record, skipped)
+    left_out = {path for path, _ in skipped}
+    keep = [i for i, p in enumerate(items.paths) if str(p) not in left_out]
+    labels = None if items.labels is None else [items.labels[i] for i in keep]
+    return ImageList([items.paths[i] for i in keep], labels, items.class_names), skipped  # type: ignore[return-value]
 
 
 def _check_finite(chunk: np.ndarray, paths: Sequence[Path], model: RunModel) -> None:

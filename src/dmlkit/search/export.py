@@ -26,10 +26,12 @@ such a file in place of a run folder (``dmlkit.search.exported_model``).
 from __future__ import annotations
 
 import json
+import logging
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -95,7 +97,7 @@ def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path, metadat
         return
     _import_onnx()
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
-    with torch.no_grad():
+    with torch.no_grad(), _known_exporter_noise_silenced():
         program = torch.onnx.export(
             model, (example,), input_names=["images"], output_names=["embeddings"], opset_version=ONNX_OPSET,
             dynamic_shapes=({0: batch},), dynamo=True, verbose=False,
@@ -108,6 +110,27 @@ def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path, metadat
         entry = proto.metadata_props.add()
         entry.key, entry.value = METADATA_KEY, text
         onnx.save(proto, str(out))
+
+
+#: What torch's ONNX exporter says on every export that concerns no dmlkit model: the logger that reports
+#: torchvision's operators as skipped (dmlkit exports none of them), and a deprecation inside torch itself.
+EXPORTER_REGISTRATION_LOGGER = "torch.onnx._internal.exporter._registration"
+EXPORTER_FUTURE_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
+
+
+@contextmanager
+def _known_exporter_noise_silenced() -> Iterator[None]:
+    """Silence only the known messages above; every other warning of the exporter still shows."""
+    logger = logging.getLogger(EXPORTER_REGISTRATION_LOGGER)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            for message in EXPORTER_FUTURE_WARNINGS:
+                warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _check_finite(embeddings: torch.Tensor, what: str) -> None:

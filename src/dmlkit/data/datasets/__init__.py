@@ -10,7 +10,8 @@
   thesis' collage study built from the glyphs;
 - ``array_images``: base of the small in-memory datasets ``mnist``, ``fashion_mnist``, ``cifar``;
 - ``image_list``: base of the benchmarks read from their official annotation files ``cub``, ``cars``,
-  ``sop``, ``inshop``, ``vehicleid``; ``image_folder``: a user's own images, one sub-folder per class;
+  ``sop``, ``inshop``, ``vehicleid``; ``image_folder``: a user's own images, one sub-folder per class,
+  laid out flat or split (``folder_layout``), a flat folder's classes split by ``class_split``;
   ``unreadable``: finding and skipping corrupt image files;
 - ``synthetic``: the token bags of the synthetic GSP study.
 

@@ -41,7 +41,7 @@ from dmlkit.data.cache import dataset_dir
 from dmlkit.data.transforms.eval_preprocess import ImagePreprocess, draft_jpeg
 from dmlkit.data.transforms.image_crops import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, PaperTransformConfig, TrainTransform
 from dmlkit.data.seeding import check_seed, make_generator
-from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices
+from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices, unreadable_message
 from dmlkit.validation import is_int
 
 __all__ = ["AnnotatedSplit", "ImageListDataset", "default_resize", "first_half_split", "read_rows"]
@@ -216,7 +216,7 @@ class ImageListDataset(DMLDataset):
             raise
         except (UnidentifiedImageError, OSError) as err:
             raise ValueError(
-                f"{self.NAME}: image '{path}' cannot be read ({err}); replace it from the official archive, "
+                f"{self.NAME}: image '{path}' cannot be read ({unreadable_message(err)}); replace it from the official archive, "
                 "or set data.params.on_corrupt=skip to drop unreadable images"
             ) from err
 

@@ -194,8 +194,8 @@ def _check_categories(lab: Tensor, cats: Tensor) -> None:
     if not bool((cats[lab] >= 0).any()):
         raise ValueError(
             "no class has a category (class_categories is -1 for every sampled class); the Hard "
-            "sampler draws each half-batch from a category. Use RandomClassBatchSampler, or a "
-            "dataset with category labels"
+            "sampler draws each half-batch from a category. Use RandomClassBatchSampler (train.sampler=fastap_random "
+            "in a config), or a dataset with category labels"
         )
 
 
@@ -228,7 +228,8 @@ def _choose_categories(
             f"lower batch_size (largest category has {max(counts.values())} images) or pass "
             f"small_categories='replace'"
             if skipped
-            else "use RandomClassBatchSampler, or unlabelled='pair' if some classes have no category"
+            else "use RandomClassBatchSampler (train.sampler=fastap_random in a config), or unlabelled='pair' "
+                 "(train.sampler_params.unlabelled=pair) if some classes have no category"
         )
         raise ValueError(
             f"HardCategoryBatchSampler needs {need_labelled} usable categories, found {len(categories)} "

@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
+from dmlkit.data.datasets.unreadable import unreadable_message
+
 __all__ = ["ImagePreprocess", "MAX_IMAGE_PIXELS", "draft_jpeg"]
 
 MAX_IMAGE_PIXELS = 64_000_000  # refuse larger images (decompression bombs)
@@ -98,8 +100,10 @@ class ImagePreprocess:
                     draft_jpeg(img, self.resize)
                 img.load()
                 return img.copy()
-        except (UnidentifiedImageError, OSError, Image.DecompressionBombError, SyntaxError) as err:
-            raise ValueError(f"image '{label}' cannot be read as an image ({err}); pass a PNG, JPEG, BMP or WebP file") from err
+        except Image.DecompressionBombError as err:
+            raise ValueError(f"image '{label}' cannot be read ({err}); shrink it") from err
+        except (UnidentifiedImageError, OSError, SyntaxError) as err:
+            raise ValueError(f"image '{label}' cannot be read: {unreadable_message(err)}") from err
 
     def load(self, path: str | Path) -> Tensor:
         """The model input of the image file at ``path``."""
