@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import torch
 
-from dmlkit.data.seeding import make_generator
+from dmlkit.seeding import make_generator
 from dmlkit.validation import is_int, is_real
 
 CLASS_SPLITS = ("sorted", "random")
