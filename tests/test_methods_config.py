@@ -8,10 +8,9 @@ import pytest
 import yaml
 
 from dmlkit.assemble import build_trainer, evaluate_run, resume_trainer
-from dmlkit.config import config_differences, dump_config, load_config, to_dict
+from dmlkit.config import MethodsConfig, config_differences, dump_config, load_config, to_dict
 from dmlkit.config_migration import OLD_KEYS
 from dmlkit.methods import METHODS
-from dmlkit.methods.config import MethodsConfig
 from dmlkit.report import load_run
 from tests_helpers import TINY_OVERRIDES, stop_after_validation
 

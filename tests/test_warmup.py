@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from dmlkit.config import load_config
+from dmlkit.engine.warmup_config import WarmupConfig
 from dmlkit.methods.warmup import HeadWarmup, Warmup
-from dmlkit.methods.warmup_config import WarmupConfig
 
 
 def fake_trainer(step, warmup_steps=3, lr=0.1):

@@ -2,8 +2,9 @@
 
 Each component owns its config dataclass (``data.config.DataConfig``,
 ``models.config.ModelConfig``, ``losses.config.LossConfig``, ``engine.config.TrainConfig``/``EvalConfig``,
-and the training methods' sections under ``methods:``, ``methods.config.MethodsConfig``); this module only
-composes them into ``ExperimentConfig`` and converts between dataclasses and plain dicts.
+and the training methods' sections under ``methods:``, composed by ``MethodsConfig``); this module only
+composes them into ``ExperimentConfig`` and converts between dataclasses and plain dicts. It imports config
+modules only, never method, loop or loss code (``tests/test_architecture.py`` checks what it loads).
 An unknown key or a value of the wrong type is a ``ValueError`` that names the
 key path and lists the valid keys. The methods' old keys (``augment:``, ``ccp:``, ...) are read as their
 new ones, with a ``FutureWarning`` (``dmlkit.config_migration``).
@@ -20,12 +21,48 @@ from typing import Any, Union
 
 import yaml
 
+from dmlkit.augment.sft_config import SFTConfig
 from dmlkit.config_migration import migrate_overrides, migrate_values
 from dmlkit.data.config import DataConfig
 from dmlkit.engine.config import EvalConfig, TrainConfig
+from dmlkit.engine.warmup_config import WarmupConfig
 from dmlkit.losses.config import LossConfig
-from dmlkit.methods.config import MethodsConfig
+from dmlkit.losses.zero_shot_config import ZeroShotConfig
 from dmlkit.models.config import ModelConfig
+from dmlkit.proxies.config import CCPConfig
+
+
+@dataclass
+class MethodsConfig:
+    """The ``methods:`` section: one sub-section per configurable training method; one whose section is not
+    ``active`` is off.
+
+    Each sub-section is a dataclass defined beside the component it configures, outside ``dmlkit.methods``
+    (so reading a config loads no method code), and says whether its method is on with one derived property,
+    ``active``: the method's ``from_config`` builds it only then, and ``config_differences`` skips the options
+    of a method both configs leave off.
+
+    =============  ==========================================  ======================  ==============================
+    section        dataclass                                   on when                 also read from
+    =============  ==========================================  ======================  ==============================
+    ``sft``        ``augment.sft_config.SFTConfig``            ``name`` is set         ``augment:``
+    ``ccp``        ``proxies.config.CCPConfig``                ``enabled``             ``ccp:``
+    ``zero_shot``  ``losses.zero_shot_config.ZeroShotConfig``  ``weight > 0``          ``loss.zero_shot_weight/params``
+    ``warmup``     ``engine.warmup_config.WarmupConfig``       ``steps > 0``           ``train.warmup_steps``
+    =============  ==========================================  ======================  ==============================
+
+    A method with settings adds its dataclass (with ``active``) as a field here; ``dmlkit.config_migration``
+    maps the keys in the last column.
+    """
+
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    ccp: CCPConfig = field(default_factory=CCPConfig)
+    zero_shot: ZeroShotConfig = field(default_factory=ZeroShotConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+
+    def enabled_sections(self) -> list[str]:
+        """The names of the sections whose method is on, in field order."""
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name).active]
 
 
 @dataclass

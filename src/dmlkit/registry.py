@@ -18,9 +18,22 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Maps names to factories (classes or functions) of one kind of component."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, populate: Callable[[], None] | None = None) -> None:
+        """``populate``: run once, before the first lookup (not before a registration), to import the modules
+        that register the built-in components; their package then need not import them all when it is
+        imported (reading a config names a loss without loading every loss)."""
         self.kind = kind
         self._factories: dict[str, Callable[..., T]] = {}
+        self._populate = populate
+
+    def _ensure_populated(self) -> None:
+        populate, self._populate = self._populate, None  # cleared first: the modules it imports may look up
+        if populate is not None:
+            try:
+                populate()
+            except BaseException:
+                self._populate = populate
+                raise
 
     def register(self, name: str, factory: Callable[..., T] | None = None):
         """Register ``factory`` under ``name``; usable as a decorator."""
@@ -39,9 +52,11 @@ class Registry(Generic[T]):
         del self._factories[name]
 
     def names(self) -> list[str]:
+        self._ensure_populated()
         return sorted(self._factories)
 
     def get(self, name: str) -> Callable[..., T]:
+        self._ensure_populated()
         if name not in self._factories:
             raise ValueError(
                 f"unknown {self.kind} '{name}'; valid names are: {', '.join(self.names())}"
@@ -55,6 +70,7 @@ class Registry(Generic[T]):
         return factory(**kwargs)
 
     def __contains__(self, name: str) -> bool:
+        self._ensure_populated()
         return name in self._factories
 
 

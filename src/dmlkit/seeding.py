@@ -4,12 +4,21 @@ Every random choice in ``dmlkit.data`` comes from a ``torch.Generator`` seeded
 with ``derive_seed(seed, epoch[, index])``, so a sampler's batches depend only
 on (seed, epoch) and an augmented image only on (seed, epoch, index), whatever
 the number of data-loader workers or the order in which items are fetched.
+Models (a backbone's initialisation) and methods (the zero-shot loss' class halves) seed
+the same way.
+
+A low-level module of its own, importing only torch and ``dmlkit.validation``, so that
+``dmlkit.models`` and ``dmlkit.methods`` can seed without loading ``dmlkit.data`` and its
+datasets; ``dmlkit.data.seeding`` is the same functions under the data package's name.
 """
 
 from __future__ import annotations
 
 import torch
+
 from dmlkit.validation import is_int
+
+__all__ = ["check_seed", "derive_seed", "make_generator"]
 
 _MASK64 = (1 << 64) - 1
 

@@ -1,7 +1,10 @@
 """The settings of the head-only warm-up: the ``methods.warmup`` section of an experiment config.
 
-Old configs name the one setting ``train.warmup_steps`` (``dmlkit.config_migration`` maps the old key).
-The method that reads the section is ``dmlkit.methods.warmup``.
+The warm-up sets the learning rate of the ``body`` parameter group (``engine/optim.py``) to 0 for the first
+steps, so its settings live beside the optimiser's; this module imports only ``dmlkit.validation``, so ``dmlkit.config``
+composes it without loading method code. The callback that applies it is ``dmlkit.methods.warmup`` (the
+loop itself never reads it). The key ``train.warmup_steps`` still loads as ``methods.warmup.steps``
+(``dmlkit.config_migration``).
 """
 
 from __future__ import annotations

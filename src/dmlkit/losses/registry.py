@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-from dmlkit.registry import Registry
+from dmlkit.registry import Registry, import_submodules
 from dmlkit.validation import is_int
 
 __all__ = [
@@ -134,8 +134,16 @@ class ComponentEntry:
             )
 
 
-_LOSSES: Registry[ComponentEntry] = Registry("loss")
-_MINERS: Registry[ComponentEntry] = Registry("miner")
+def _import_builtin_components() -> None:
+    """Import every module of ``dmlkit.losses``, so that their ``register_loss`` / ``register_miner`` run."""
+    import dmlkit.losses
+
+    import_submodules(dmlkit.losses.__name__, dmlkit.losses.__path__)
+
+
+# Filled on the first lookup, not on ``import dmlkit.losses``: a config names a loss without loading them all.
+_LOSSES: Registry[ComponentEntry] = Registry("loss", populate=_import_builtin_components)
+_MINERS: Registry[ComponentEntry] = Registry("miner", populate=_import_builtin_components)
 
 
 def _register(registry: Registry, kind: str, name: str, builds: type | None, default_miner: str | None,

@@ -1,7 +1,10 @@
 """The settings of GSP's zero-shot prediction loss: the ``methods.zero_shot`` section of an experiment config.
 
-Old configs name them ``loss.zero_shot_weight`` and ``loss.zero_shot_params`` (``dmlkit.config_migration``
-maps the old keys). The method that reads the section is ``dmlkit.methods.zero_shot``.
+They live beside the loss they configure (``params`` are the keyword arguments of
+``ZeroShotPredictionLoss``, ``losses/zero_shot_prediction_loss.py``) and import no loss or method code, so
+``dmlkit.config`` composes them without loading either. The keys ``loss.zero_shot_weight`` and ``loss.zero_shot_params``
+still load as these (``dmlkit.config_migration``). The method that reads the section is
+``dmlkit.methods.zero_shot``.
 """
 
 from __future__ import annotations

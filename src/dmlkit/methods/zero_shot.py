@@ -1,7 +1,7 @@
 """GSP's zero-shot prediction loss as a training method: the mixing of Eq. 5.2.5 of the thesis.
 
 ``methods.zero_shot.weight = lam > 0`` turns it on (with ``model.pooling: gsp``; the section is
-``ZeroShotConfig``, ``methods/zero_shot_config.py``). The objective
+``ZeroShotConfig``, ``losses/zero_shot_config.py``). The objective
 becomes ``(1 - lam) L_DML + lam L_ZS``: every metric-loss term is scaled by ``1 - lam`` and
 ``ZeroShotTerm`` adds ``lam * L_ZS`` (Eq. 5.2.4 of ``ZeroShotPredictionLoss``). ``methods.zero_shot.params``:
 ``ridge`` (eps of P3, 0.05), ``scale`` (of the logits, 9.5 as the author's code; 1 = the text as
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from dmlkit.data.seeding import make_generator
+from dmlkit.seeding import make_generator
 from dmlkit.engine.objective import ObjectiveTerm
 from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
 from dmlkit.methods.base import BuildContext, Method

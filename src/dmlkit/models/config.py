@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from dmlkit.data.seeding import derive_seed
+from dmlkit.seeding import derive_seed
 from dmlkit.models.backbones import TIMM_PREFIX, create_backbone, list_backbones
 from dmlkit.models.embedder import HEADS, NORMALIZATIONS, Embedder, local_projection_conv
 from dmlkit.pooling import create_pooling, list_poolings
