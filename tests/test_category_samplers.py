@@ -200,8 +200,10 @@ def test_hard_bad_arguments(kwargs, match):
 def test_hard_bad_categories():
     with pytest.raises(ValueError, match="no class has a category"):
         HardCategoryBatchSampler(LABELS, torch.full((40,), -1), 8)
-    with pytest.raises(ValueError, match="RandomClassBatchSampler"):
+    with pytest.raises(ValueError, match=r"RandomClassBatchSampler \(train.sampler=fastap_random in a config\)"):
         HardCategoryBatchSampler(LABELS, torch.zeros(40, dtype=torch.long), 8)
+    with pytest.raises(ValueError, match=r"no class has a category.*train.sampler=fastap_random"):
+        HardCategoryBatchSampler(LABELS, torch.full((40,), -1), 8)
     with pytest.raises(ValueError, match="none has -1"):
         HardCategoryBatchSampler(LABELS, CLASS_CATS.clamp(min=0), 8, unlabelled="pair")
     with pytest.raises(ValueError, match="indexing class_categories"):

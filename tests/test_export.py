@@ -59,6 +59,19 @@ def test_onnx_export_of_a_run_matches_eager(run_dir, tmp_path):
         torch.testing.assert_close(run_exported(tmp_path / "model.onnx", "onnx", images), run.model(images), atol=TOL, rtol=0)
 
 
+def test_onnx_export_prints_only_its_result_not_the_exporters_known_noise(run_dir, tmp_path):
+    """In a fresh process, where torch's exporter registers its operators (and says so) for the first time."""
+    import subprocess
+    import sys
+
+    need_onnx()
+    done = subprocess.run([sys.executable, "-m", "dmlkit", "export", str(run_dir), "--format", "onnx", "--out",
+                           str(tmp_path / "model.onnx")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "onnx model ->" in done.stdout
+    assert "torchvision is not installed" not in done.stderr and "LeafSpec" not in done.stderr, done.stderr
+
+
 def gsp_model():
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
