@@ -34,6 +34,8 @@ def _tune_arguments(tune: argparse.ArgumentParser) -> None:
     tune.add_argument("--storage", default=None, metavar="URL",
                       help="a PostgreSQL URL shared by workers on many machines (each runs the same command); "
                            "default: the study folder's journal file")
+    tune.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
+                      help="PostgreSQL: a worker's heartbeat; a trial whose worker missed 4 is retried (default: 30)")
     tune.add_argument("--study-name", default=None, help="name of the study in the storage (default: the folder's name)")
     tune.add_argument("--list-spaces", action="store_true", help="list the shipped search spaces and their ranges")
     add_quiet(tune, "no progress lines")
@@ -56,7 +58,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         raise ValueError("dmlkit tune needs a CONFIG file (e.g. configs/quickstart.yaml), or --list-spaces")
     from dmlkit.tune import SearchSettings, tune
 
-    settings = SearchSettings(sampler=args.sampler, seed=args.seed, startup_trials=args.startup_trials, pruner=args.pruner)
+    settings = SearchSettings(sampler=args.sampler, seed=args.seed, startup_trials=args.startup_trials, pruner=args.pruner,
+                              heartbeat=args.heartbeat)
     result = tune(args.config, space=args.space or None, trials=args.trials, out=args.out, overrides=args.overrides,
                   protocol=args.protocol, folds=args.folds, settings=settings, jobs=args.jobs, storage=args.storage,
                   study_name=args.study_name, quiet=args.quiet)

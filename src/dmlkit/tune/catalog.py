@@ -19,14 +19,14 @@ from dmlkit.tune.space import SearchSpace, read_space_file
 __all__ = ["default_space", "list_spaces", "register_space", "space_for", "space_sources"]
 
 #: Packages whose ``search_spaces.yaml`` holds spaces, with the kind of component they tune.
-_SHIPPED = {"dmlkit.losses": "loss", "dmlkit.methods": "method", "dmlkit.pooling": "pooling"}
+_SHIPPED = {"losses": "loss", "methods": "method", "pooling": "pooling"}
 _REGISTERED: dict[str, tuple[str, SearchSpace]] = {}
 
 
 def _shipped() -> dict[str, tuple[str, SearchSpace]]:
     spaces: dict[str, tuple[str, SearchSpace]] = {}
-    for package, kind in _SHIPPED.items():
-        text = resources.files(package).joinpath("search_spaces.yaml").read_text()
+    for folder, kind in _SHIPPED.items():  # read as files: importing dmlkit.methods would load every method
+        text = resources.files("dmlkit").joinpath(folder, "search_spaces.yaml").read_text()
         for name, values in (yaml.safe_load(text) or {}).items():
             spaces[name] = (kind, SearchSpace.from_mapping(values, name=name))
     return spaces

@@ -1,5 +1,5 @@
 """What a study checks before its first trial: every key of the space is one the config accepts, at both ends
-of its range (or every choice), and the config's own value of each key (the study's trial 0).
+of its range (or every choice).
 
 A key of a typed section (``train.lr``, ``methods.ccp.lam``) is checked by loading the config with the value;
 a key inside a free mapping (``loss.params``, ``loss.miner_params``, ``model.pooling_params``) also by building
@@ -41,13 +41,28 @@ def _method_off(cfg: ExperimentConfig, key: str) -> str | None:
     return f"'{key}' tunes methods.{parts[1]}, which this config leaves off; turn it on in the config or with --set"
 
 
-def _problem(path: str | Path, overrides: Sequence[str], parameter: Parameter, value: Any) -> str | None:
+def _refusal(path: str | Path, overrides: Sequence[str], values: dict[str, Any], key: str) -> str | None:
     try:
-        cfg = load_config(path, [*overrides, *overrides_of({parameter.key: value})])
-        _build_components(cfg, parameter.key)
+        cfg = load_config(path, [*overrides, *overrides_of(values)])
+        _build_components(cfg, key)
     except (ValueError, TypeError) as err:
-        return f"'{parameter.key}' = {value!r}: {str(err).splitlines()[0]}"
+        return str(err).splitlines()[0]
     return None
+
+
+def _problem(path: str | Path, overrides: Sequence[str], space: SearchSpace, parameter: Parameter, value: Any) -> str | None:
+    """Why ``value`` of ``parameter`` is refused, or None. A value refused only beside some values of the other
+    keys (a pool that must hold the proxies, both tuned) is accepted: its trials that break the rule fail with
+    the reason, and the study goes on."""
+    others = [p for p in space.parameters if p is not parameter]
+    contexts = [{}] + [{p.key: p.extremes()[end] for p in others} for end in (0, -1)] if others else [{}]
+    first = None
+    for context in contexts:
+        refusal = _refusal(path, overrides, {**context, parameter.key: value}, parameter.key)
+        if refusal is None:
+            return None
+        first = first or refusal
+    return f"'{parameter.key}' = {value!r}: {first}"
 
 
 def check_space(path: str | Path, overrides: Sequence[str], space: SearchSpace) -> ExperimentConfig:
@@ -60,7 +75,7 @@ def check_space(path: str | Path, overrides: Sequence[str], space: SearchSpace) 
             problems.append(off)
             continue
         for value in parameter.extremes():
-            problem = _problem(path, overrides, parameter, value)
+            problem = _problem(path, overrides, space, parameter, value)
             if problem:
                 problems.append(problem)
                 break

@@ -15,11 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HEARTBEAT_SECONDS", "GRACE_SECONDS", "MAX_RETRIES", "JOURNAL_FILE", "is_shared", "open_storage", "retry_callback"]
+__all__ = ["MAX_RETRIES", "JOURNAL_FILE", "is_shared", "open_storage", "retry_callback"]
 
 JOURNAL_FILE = "journal.log"
-HEARTBEAT_SECONDS = 30
-GRACE_SECONDS = 120
 #: How often one trial is tried again after its worker died (a trial that keeps killing workers then fails).
 MAX_RETRIES = 3
 
@@ -84,8 +82,7 @@ def _hide_password(url: str) -> str:
     return f"{scheme}//{credentials.split(':', 1)[0]}:***@{tail}"
 
 
-def open_storage(study_dir: Path, url: str | None = None, heartbeat: int = HEARTBEAT_SECONDS,
-                 grace: int = GRACE_SECONDS) -> Any:
+def open_storage(study_dir: Path, url: str | None = None, heartbeat: int = 30, grace: int = 120) -> Any:
     """The study's storage: the journal file of ``study_dir``, or the database at ``url``."""
     study_dir.mkdir(parents=True, exist_ok=True)
     return _database(url, heartbeat, grace) if url else _journal(study_dir)

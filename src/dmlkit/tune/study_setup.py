@@ -36,6 +36,11 @@ class SearchSettings:
     seed: int = 0
     startup_trials: int = 10
     pruner: str = "none"
+    heartbeat: int = 30  # seconds between a PostgreSQL worker's heartbeats; stale after 4 missed
+
+    @property
+    def grace(self) -> int:
+        return 4 * self.heartbeat
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -44,6 +49,8 @@ class SearchSettings:
             raise ValueError(f"--pruner must be one of {', '.join(PRUNERS)}, got {self.pruner!r}")
         if isinstance(self.startup_trials, bool) or not isinstance(self.startup_trials, int) or self.startup_trials < 0:
             raise ValueError(f"--startup-trials must be an integer >= 0, got {self.startup_trials!r}")
+        if isinstance(self.heartbeat, bool) or not isinstance(self.heartbeat, int) or self.heartbeat < 1:
+            raise ValueError(f"--heartbeat must be a whole number of seconds >= 1, got {self.heartbeat!r}")
 
 
 @dataclass(frozen=True)

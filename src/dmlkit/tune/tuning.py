@@ -132,7 +132,7 @@ def tune(
 
     ensure_pretrained_for(cfg, quiet=quiet)  # once, before parallel workers would each build it
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(open_storage(study_dir, storage), name, definition, make_sampler(settings),
+    study = open_study(open_storage(study_dir, storage, settings.heartbeat, settings.grace), name, definition, make_sampler(settings),
                        make_pruner(settings, cfg.train.val_every, cfg.train.max_steps * len(plan.fold_indices())))
     _enqueue_start(study, cfg, resolved)
     job = WorkerJob(str(study_dir), name, storage, definition, resolved, settings, trials,

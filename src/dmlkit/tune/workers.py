@@ -170,7 +170,7 @@ def run_worker(job: WorkerJob, say: Any = None) -> int:
     study_dir = Path(job.study_dir)
     cfg = load_config(job.definition.plan.config_path, list(job.definition.plan.overrides))
     budget = cfg.train.max_steps * len(job.definition.plan.fold_indices())
-    storage = open_storage(study_dir, job.storage_url)
+    storage = open_storage(study_dir, job.storage_url, job.settings.heartbeat, job.settings.grace)
     study = optuna.load_study(study_name=job.study_name, storage=storage, sampler=make_sampler(job.settings),
                               pruner=make_pruner(job.settings, cfg.train.val_every, budget))
     ran = 0

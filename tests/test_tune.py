@@ -1,0 +1,207 @@
+"""dmlkit tune: spaces as data, the checks before any trial, seeded reproducibility, the config's values as
+trial 0, continuing a study, the fair protocol's objective, failed trials and refused study folders."""
+
+import json
+import math
+import statistics
+
+import pytest
+import yaml
+
+from dmlkit.cli import main
+from dmlkit.tune import SearchSettings, SearchSpace, list_spaces, space_for, tune
+from dmlkit.tune.checks import check_space, config_value
+from dmlkit.tune.space import overrides_of
+from tests_helpers import TINY_OVERRIDES
+
+CONFIG = "configs/quickstart.yaml"
+QUICK = [*TINY_OVERRIDES, "eval.clustering=false", "train.max_steps=4", "train.val_every=2", "train.patience=5"]
+RANDOM = SearchSettings(sampler="random", seed=3)
+
+
+def _params(result):
+    return [t.params for t in sorted(result.study.trials, key=lambda t: t.number)]
+
+
+# ---------------------------------------------------------------------------------------------- spaces
+@pytest.mark.parametrize("spec, match", [
+    ({"type": "floaty", "low": 0, "high": 1}, "type must be one of"),
+    ({"type": "float", "low": 2, "high": 1}, "above high"),
+    ({"type": "float", "low": 0, "high": 1, "log": True}, "log range needs low > 0"),
+    ({"type": "int", "low": 0.5, "high": 3}, "integer low and high"),
+    ({"type": "categorical", "choices": []}, "non-empty list"),
+    ({"type": "float", "low": 0, "high": 1, "lo": 3}, "unknown field"),
+    ({"type": "float", "low": 0, "high": math.inf}, "finite numbers"),
+])
+def test_bad_ranges_are_refused(spec, match):
+    with pytest.raises(ValueError, match=match):
+        SearchSpace.from_mapping({"train.lr": spec})
+
+
+def test_reality_check_ranges_are_shipped():
+    assert {"contrastive", "triplet", "multi_similarity", "normalized_softmax", "fastap", "proxy_anchor", "ccp",
+            "sft", "zero_shot", "gsp"} <= set(list_spaces())
+    ms = {p.key: p for p in space_for("multi_similarity").parameters}
+    assert (ms["loss.params.alpha"].low, ms["loss.params.alpha"].high, ms["loss.params.alpha"].log) == (0.01, 100.0, True)
+    assert (ms["loss.params.base"].low, ms["loss.params.base"].high) == (0.0, 1.0)
+    bins = space_for("fastap").parameters[0]
+    assert (bins.key, bins.kind, bins.low, bins.high) == ("loss.params.num_bins", "int", 2, 250)
+    assert {(p.low, p.high) for p in space_for("contrastive").parameters} == {(-0.2, 2.0)}
+    temperature = {p.key: p for p in space_for("normalized_softmax").parameters}
+    assert temperature["train.loss_lr"].low == 1e-6 and temperature["loss.params.temperature"].log
+
+
+def test_overrides_load_back_exactly():
+    values = {"train.lr": 1.2345678901234567e-05, "model.pooling": "gem", "loss.params.num_bins": 17}
+    cfg = check_space(CONFIG, [*overrides_of(values), "loss.name=fastap"], space_for("fastap"))
+    assert cfg.train.lr == values["train.lr"] and cfg.model.pooling == "gem" and cfg.loss.params["num_bins"] == 17
+
+
+# --------------------------------------------------------------------------- checks before any trial
+def test_unknown_key_is_refused_with_the_valid_keys():
+    space = SearchSpace.from_mapping({"train.lrr": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}})
+    with pytest.raises(ValueError, match=r"train\.lrr.*valid keys are: .*\blr\b"):
+        check_space(CONFIG, [], space)
+
+
+def test_a_loss_parameter_the_loss_does_not_take_is_refused():
+    with pytest.raises(ValueError, match=r"loss\.params\.margin.*multi_similarity.*valid parameters are: alpha"):
+        check_space(CONFIG, [], space_for("triplet"))
+
+
+def test_a_range_outside_what_the_component_accepts_is_refused():
+    space = SearchSpace.from_mapping({"methods.zero_shot.weight": {"type": "float", "low": 0.0, "high": 1.5}})
+    with pytest.raises(ValueError, match=r"zero_shot\.weight.* = 1\.5.*\[0, 1\)"):
+        check_space(CONFIG, ["model.pooling=gsp", "methods.zero_shot.weight=0.1"], space)
+
+
+def test_a_method_key_needs_the_method_on():
+    with pytest.raises(ValueError, match="methods.ccp, which this config leaves off"):
+        check_space(CONFIG, [], space_for("ccp"))
+
+
+def test_a_rule_between_two_tuned_keys_is_left_to_the_trials():
+    space = SearchSpace.from_mapping({"methods.ccp.proxies_per_class": {"type": "int", "low": 1, "high": 6},
+                                     "methods.ccp.pool_size": {"type": "int", "low": 1, "high": 6}})
+    check_space(CONFIG, ["methods.ccp.enabled=true", "methods.ccp.proxies_per_class=1", "methods.ccp.pool_size=2"], space)
+    alone = SearchSpace.from_mapping({"methods.ccp.pool_size": {"type": "int", "low": 1, "high": 6}})
+    with pytest.raises(ValueError, match="pool_size"):  # with the proxies fixed at 2, a pool of 1 is always refused
+        check_space(CONFIG, ["methods.ccp.enabled=true", "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=2"], alone)
+
+
+def test_config_value_reads_defaults_of_components():
+    cfg = check_space(CONFIG, [], space_for("multi_similarity"))
+    assert config_value(cfg, "loss.params.alpha") == 2.0  # the registry's default: quickstart sets no alpha
+    assert config_value(cfg, "loss.miner_params.epsilon") == 0.1
+    assert config_value(cfg, "train.lr") == cfg.train.lr
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--trials", "0"], "--trials must be a positive integer"),
+    (["--trials", "-2"], "--trials must be a positive integer"),
+    (["--jobs", "0"], "--jobs must be a positive integer"),
+    (["--space", "no_such_space"], "unknown search space 'no_such_space'"),
+    (["--storage", "redis://localhost"], "must be a database URL"),
+    (["--storage", "postgresql://nobody@127.0.0.1:1/none", "--trials", "1"], "cannot open the study storage"),
+])
+def test_bad_command_lines_are_refused_before_training(argv, match, tmp_path, capsys):
+    assert main(["tune", CONFIG, "--out", str(tmp_path / "study"), *argv]) == 2
+    assert match in capsys.readouterr().err
+    assert not (tmp_path / "study" / "trials").exists()
+
+
+# ---------------------------------------------------------------------------- studies that train
+def test_seeded_study_reproduces_its_trials_and_starts_from_the_config(tmp_path):
+    settings = SearchSettings(seed=7, startup_trials=2)
+    first = tune(CONFIG, trials=3, out=tmp_path / "a", overrides=QUICK, settings=settings)
+    again = tune(CONFIG, trials=3, out=tmp_path / "b", overrides=QUICK, settings=settings)
+    other = tune(CONFIG, trials=3, out=tmp_path / "c", overrides=QUICK, settings=SearchSettings(seed=8, startup_trials=2))
+    assert _params(first) == _params(again)
+    assert [t.value for t in first.study.trials] == [t.value for t in again.study.trials]
+    assert _params(first)[1:] != _params(other)[1:]
+    assert _params(first)[0] == {"loss.params.alpha": 2.0, "loss.params.beta": 40.0, "loss.params.base": 0.5,
+                                 "loss.miner_params.epsilon": 0.1}
+    assert _params(first)[0] == _params(other)[0]
+    # every trial is an ordinary run folder that never saw the test classes, and best.yaml trains the best values
+    best = first.best
+    run = tmp_path / "a" / "trials" / f"{best['trial']:04d}"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["test"] == {} and summary["best_val"]["value"] == pytest.approx(best["value"])
+    tuned = yaml.safe_load((tmp_path / "a" / "best.yaml").read_text())
+    for key, value in best["params"].items():
+        section, *rest = key.split(".")
+        node = tuned[section]
+        for part in rest:
+            node = node[part]
+        assert node == value
+    assert tuned["eval"]["test"] is True and tuned["plots"] is True
+    rows = (tmp_path / "a" / "trials.md").read_text().splitlines()
+    assert len(rows) == 2 + 3 and "complete" in rows[2]
+    assert (tmp_path / "a" / "best_so_far.png").stat().st_size > 0
+
+
+def test_running_again_continues_the_study(tmp_path, capsys):
+    out = tmp_path / "study"
+    args = ["tune", CONFIG, "--out", str(out), "--sampler", "random", "--quiet", *sum((["--set", o] for o in QUICK), [])]
+    assert main([*args, "--trials", "2"]) == 0
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("trials/*/summary.json")}
+    assert len(stamps) == 2
+    assert main([*args, "--trials", "3"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.glob("trials/*/summary.json") if p in stamps} == stamps
+    assert len(list(out.glob("trials/*/summary.json"))) == 3
+    assert "best: trial" in capsys.readouterr().out
+    assert main([*args, "--trials", "3"]) == 0  # nothing left to do: no fourth trial
+    assert len(list(out.glob("trials/*"))) == 3
+
+
+def test_a_folder_of_another_search_is_refused(tmp_path, capsys):
+    out = tmp_path / "study"
+    tune(CONFIG, trials=1, out=out, overrides=QUICK, settings=RANDOM)
+    before = sorted(p.name for p in out.rglob("*"))
+    with pytest.raises(ValueError, match="holds a study of another search.*config"):
+        tune(CONFIG, trials=1, out=out, overrides=[*QUICK, "train.lr=0.5"], settings=RANDOM)
+    with pytest.raises(ValueError, match="holds a study of another search.*space"):
+        tune(CONFIG, space=space_for("multi_similarity").parameters[:1] and
+             SearchSpace(space_for("multi_similarity").parameters[:1]), trials=1, out=out, overrides=QUICK)
+    assert sorted(p.name for p in out.rglob("*")) == before
+
+
+def test_fair_objective_is_the_mean_of_its_folds(tmp_path):
+    space = SearchSpace.from_mapping({"loss.params.base": {"type": "float", "low": 0.3, "high": 0.7}})
+    result = tune(CONFIG, space=space, trials=2, out=tmp_path, overrides=QUICK, protocol="fair", folds=3, settings=RANDOM)
+    for trial in result.study.trials:
+        folds = [json.loads((tmp_path / "trials" / f"{trial.number:04d}" / f"fold{k}" / "summary.json").read_text())
+                 for k in range(3)]
+        values = [f["best_val"]["value"] for f in folds]
+        assert trial.value == pytest.approx(statistics.fmean(values), abs=1e-12)
+        assert trial.user_attrs["sem"] == pytest.approx(statistics.stdev(values) / math.sqrt(3), abs=1e-12)
+        assert len(set(values)) > 1  # three different validation folds
+        configs = [yaml.safe_load((tmp_path / "trials" / f"{trial.number:04d}" / f"fold{k}" / "config.yaml").read_text())
+                   for k in range(3)]
+        assert [c["data"]["fold"] for c in configs] == [0, 1, 2] and {c["data"]["folds"] for c in configs} == {3}
+
+
+def test_failed_trials_are_recorded_and_never_best(tmp_path):
+    space = SearchSpace.from_mapping({"methods.ccp.proxies_per_class": {"type": "int", "low": 1, "high": 3},
+                                     "methods.ccp.pool_size": {"type": "int", "low": 1, "high": 3}})
+    overrides = [*QUICK, "methods.ccp.enabled=true", "methods.ccp.proxies_per_class=1", "methods.ccp.pool_size=1",
+                 "methods.ccp.patience=1"]
+    result = tune(CONFIG, space=space, trials=4, out=tmp_path, overrides=overrides, settings=SearchSettings(sampler="random", seed=2))
+    failed = [t for t in result.study.trials if t.state.name == "FAIL"]
+    assert len(failed) == 2, "seed 2 draws a pool smaller than the proxies in trials 1 and 3"
+    for trial in failed:
+        assert trial.params["methods.ccp.pool_size"] < trial.params["methods.ccp.proxies_per_class"]
+        assert "pool_size" in trial.user_attrs["fail_reason"]
+    assert result.best["params"]["methods.ccp.pool_size"] >= result.best["params"]["methods.ccp.proxies_per_class"]
+    assert len([t for t in result.study.trials if t.state.name in ("COMPLETE", "FAIL")]) == 4
+    assert "pool_size" in (tmp_path / "trials.md").read_text()
+
+
+def test_a_diverging_trial_fails_with_its_reason(tmp_path):
+    space = SearchSpace.from_mapping({"train.lr": {"type": "categorical", "choices": [1.0e-3, 1.0e+30]}})
+    result = tune(CONFIG, space=space, trials=3, out=tmp_path, overrides=[*QUICK, "train.optimizer=sgd", "train.lr=1.0e+30"],
+                  settings=SearchSettings(sampler="random", seed=0))
+    states = {t.params["train.lr"]: t for t in result.study.trials}
+    assert states[1.0e30].state.name == "FAIL" and "non-finite" in states[1.0e30].user_attrs["fail_reason"].lower() \
+        or "became" in states[1.0e30].user_attrs["fail_reason"]
+    assert result.best["params"]["train.lr"] == 1.0e-3
