@@ -141,7 +141,43 @@ def test_a_run_folder_stopped_before_its_first_checkpoint_starts_again(tmp_path)
     with pytest.warns(RuntimeWarning, match=r"before its first checkpoint \(last logged step 2\)"):
         folder.start_new("name: b\n")
     folder.release()
-    assert sorted(p.name for p in folder.path.iterdir()) == [".lock", "config.yaml"]  # the config is rewritten by the trainer
+    assert sorted(p.name for p in folder.path.iterdir()) == ["config.yaml"]  # the config is rewritten by the trainer
+
+
+def test_the_records_a_run_writes_before_its_first_checkpoint_do_not_stop_it_starting_again(tmp_path):
+    folder = _unstarted(tmp_path / "run", "classes.json")
+    with pytest.raises(ValueError, match="classes.json"):  # not a file this run writes: left alone
+        folder.start_new("name: b\n")
+    with pytest.warns(RuntimeWarning, match="starting it again"):
+        folder.start_new("name: b\n", records=("classes.json",))
+    folder.release()
+    assert sorted(p.name for p in folder.path.iterdir()) == ["config.yaml"]
+
+
+def test_release_removes_the_lock_file_and_a_lock_taken_on_a_removed_file_is_taken_again(tmp_path, monkeypatch):
+    import fcntl
+    import os
+
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    folder.acquire()
+    folder.release()
+    assert not (folder.path / ".lock").exists()  # a clean finish leaves no lock file
+    real_flock, calls = fcntl.flock, []
+
+    def flock_after_a_release(handle, flags):
+        """The holder releases (unlinks .lock) between this process's open and its flock."""
+        if not calls:
+            os.unlink(folder.path / ".lock")
+        calls.append(flags)
+        return real_flock(handle, flags)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_a_release)
+    other = RunFolder(folder.path)
+    other.acquire()
+    assert len(calls) == 2  # the lock on the removed file guarded nothing: taken again on the file the path names
+    assert os.fstat(other._lock.fileno()).st_ino == os.stat(folder.path / ".lock").st_ino
+    other.release()
 
 
 def test_best_pt_without_last_pt_is_kept_unless_the_same_config_starts_again(tmp_path):
