@@ -87,6 +87,14 @@ def test_snippets_of_the_page_run(page, snippet_results):
     assert snippet_results[page] is None, snippet_results[page]
 
 
+def test_the_own_images_path_is_a_snippet_that_runs_from_the_folder_to_export():
+    """The page a practitioner with photos/<class>/*.jpg follows is run by test_snippets_of_the_page_run."""
+    code = "".join(block for _, block in python_blocks((ROOT / "docs" / "datasets.md").read_text(encoding="utf-8")))
+    for step in ('"train", "configs/own_images.yaml"', '"evaluate"', '"embed"', '"index", "build"', '"search"', '"export"'):
+        assert step in code, step
+    assert "docs/datasets.md#your-own-images" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
 def test_every_method_page_has_a_snippet_and_config_keys():
     for name in ("sft", "fastap", "weak_metric_ce"):
         text = (ROOT / "docs" / "methods" / f"{name}.md").read_text(encoding="utf-8")
