@@ -111,3 +111,17 @@ def test_evaluate_prints_percent_on_stderr_and_keeps_fractions_on_stdout(tmp_pat
     metrics = json.loads(captured.out)
     assert "test metrics in %" in captured.err
     assert f"{100 * metrics['mean_average_precision_at_r']:.2f}" in captured.err
+
+
+def test_a_run_restarted_from_step_0_keeps_its_classes_and_its_config(tmp_path, capsys):
+    root = write_flat(tmp_path / "photos", num_classes=12, per_class=3)
+    run = tmp_path / "run"
+    assert main(["train", "configs/own_images.yaml", *_sets(root), "--run-dir", str(run), "--quiet"]) == 0
+    record, config = (run / "classes.json").read_text(), (run / "config.yaml").read_text()
+    for name in ("last.pt", "best.pt", "summary.json"):  # as a run killed before its first checkpoint leaves it
+        (run / name).unlink()
+    write_flat(tmp_path / "late", num_classes=1)
+    (tmp_path / "late" / "c00").rename(root / "a_new_class")  # sorts first: a fresh sorted split would shift
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    assert "not in the split record" in capsys.readouterr().err
+    assert (run / "classes.json").read_text() == record and (run / "config.yaml").read_text() == config

@@ -221,9 +221,11 @@ def resume_trainer(run_dir: str | Path, callbacks: Sequence[Callback] = (), quie
     """
     folder = RunFolder(run_dir)
     folder.check_started()
-    cfg = with_split_record(load_config(folder.config), folder.path)  # the classes the run started with
+    cfg = load_config(folder.config)
     pin_threads(cfg.train.threads)
-    return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet, resuming=True)
+    # the classes the run started with; its config.yaml (rewritten by a restart from step 0) stays as it was
+    parts = dataclasses.replace(build_run(with_split_record(cfg, folder.path)), config_text=dump_config(cfg))
+    return Trainer(cfg.train, cfg.eval, run_dir, parts, list(callbacks), quiet, resuming=True)
 
 
 def default_run_dir(cfg: ExperimentConfig) -> Path:
