@@ -3,7 +3,7 @@
 Every worker holds an exclusive ``flock`` on its own file ``STUDY/workers/<id>.lock`` for as long as it runs, and
 stamps each trial it runs with that id. The kernel drops the lock when the process ends, however it ends
 (``kill -9`` included), so a running trial whose worker's lock can be taken is stale: it is failed and enqueued
-again (``RetryFailedTrialCallback``), and the retry resumes in the trial's run folders. A trial seen running
+again (``RetryHeartbeatStaleTrialCallback``), and the retry resumes in the trial's run folders. A trial seen running
 without a worker stamp (its worker died between taking the trial and stamping it) is stale after
 ``UNSTAMPED_GRACE_SECONDS``.
 """
@@ -76,12 +76,12 @@ def fail_stale_trials(study: Any, study_dir: Path) -> list[int]:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not _is_stale(study_dir, trial, now):
             continue
-        try:
+        try:  # the reason first: a finished trial takes no attribute
+            storage.set_trial_user_attr(trial._trial_id, "fail_reason", "its worker process died; retried")
             if not storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
                 continue  # another worker failed it first
         except RuntimeError:  # finished meanwhile
             continue
-        storage.set_trial_user_attr(trial._trial_id, "fail_reason", "its worker process died; retried")
         retry_callback()(study, storage.get_trial(trial._trial_id))
         failed.append(trial.number)
     return failed

@@ -7,7 +7,7 @@ through the lock each live worker holds on its file in ``STUDY/workers/`` (``dml
 
 Workers on several machines share one study through a PostgreSQL URL (``--storage postgresql://...``):
 Optuna's relational storage with its heartbeat, so a trial whose worker stopped beating is failed by the
-next worker and retried (``RetryFailedTrialCallback``), in its own run folder where that machine has it.
+next worker and retried (``RetryHeartbeatStaleTrialCallback``), in its own run folder where that machine has it.
 """
 
 from __future__ import annotations
@@ -28,9 +28,13 @@ def is_shared(url: str | None) -> bool:
 
 
 def retry_callback() -> Any:
+    import warnings
+
     import optuna
 
-    return optuna.storages.RetryFailedTrialCallback(max_retry=MAX_RETRIES, inherit_intermediate_values=True)
+    with warnings.catch_warnings():  # stable since Optuna 2.8, still flagged experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES, inherit_intermediate_values=True)
 
 
 def _journal(study_dir: Path) -> Any:
@@ -43,6 +47,8 @@ def _journal(study_dir: Path) -> Any:
 
 
 def _database(url: str, heartbeat: int, grace: int) -> Any:
+    import warnings
+
     import optuna
     import sqlalchemy.exc
 
@@ -51,10 +57,12 @@ def _database(url: str, heartbeat: int, grace: int) -> Any:
                          "leave it out for the study folder's own journal file")
     url = _with_driver(url)
     try:
-        return optuna.storages.RDBStorage(
-            url, heartbeat_interval=heartbeat, grace_period=grace, failed_trial_callback=retry_callback(),
-            engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}} if url.startswith("postgresql") else None,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, heartbeat_interval=heartbeat, grace_period=grace, heartbeat_stale_trial_callback=retry_callback(),
+                engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}} if url.startswith("postgresql") else None,
+            )
     except ModuleNotFoundError as err:
         raise ValueError(f"--storage {url.split(':', 1)[0]} needs its database driver ({err.name}); "
                          "pip install 'dmlkit[tune]' installs psycopg2 for PostgreSQL") from err

@@ -22,6 +22,7 @@ from dmlkit.tune.trial_runs import run_trial
 __all__ = ["TrialFailed", "WorkerJob", "counted_trials", "run_worker"]
 
 BEYOND_CAP = "beyond_cap"
+INTERRUPTED = "interrupted; retried by the next run"
 
 
 class TrialFailed(Exception):
@@ -46,11 +47,11 @@ def _retried_number(trial: Any) -> int | None:
     import warnings
 
     from optuna.exceptions import ExperimentalWarning
-    from optuna.storages import RetryFailedTrialCallback
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
 
     with warnings.catch_warnings():  # stable since Optuna 2.8; still flagged experimental
         warnings.simplefilter("ignore", ExperimentalWarning)
-        return RetryFailedTrialCallback.retried_trial_number(trial)
+        return RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
 
 
 def _retried_numbers(trials: list[Any]) -> set[int]:
@@ -77,11 +78,11 @@ def origin_number(trial: Any) -> int:
     import warnings
 
     from optuna.exceptions import ExperimentalWarning
-    from optuna.storages import RetryFailedTrialCallback
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
-        history = RetryFailedTrialCallback.retry_history(trial)
+        history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
     return history[0] if history else trial.number
 
 
@@ -107,6 +108,8 @@ class _Objective:
             score = run_trial(self.job.definition.plan, values, trial_dir, name, trial)
         except Exception as err:
             if _passes_through(err):
+                if not isinstance(err, _pruned()):
+                    trial.set_user_attr("fail_reason", INTERRUPTED)
                 raise
             trial.set_user_attr("fail_reason", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:400])
             raise TrialFailed(str(err)) from err
@@ -114,6 +117,12 @@ class _Objective:
                            ("best_steps", list(score.best_steps)), ("train_seconds", round(score.seconds, 2))):
             trial.set_user_attr(key, value)
         return score.value
+
+
+def _pruned() -> type:
+    import optuna
+
+    return optuna.TrialPruned
 
 
 def _passes_through(err: BaseException) -> bool:
@@ -142,9 +151,7 @@ def _retry_interrupted(study: Any, worker_id: str) -> None:
     retried = _retried_numbers(trials)
     for trial in trials:
         if (trial.state == TrialState.FAIL and trial.user_attrs.get(WORKER_ATTR) == worker_id
-                and trial.number not in retried and not trial.user_attrs.get(BEYOND_CAP)
-                and "fail_reason" not in trial.user_attrs):
-            study._storage.set_trial_user_attr(trial._trial_id, "fail_reason", "interrupted; retried by the next run")
+                and trial.number not in retried and trial.user_attrs.get("fail_reason") == INTERRUPTED):
             retry_callback()(study, study._storage.get_trial(trial._trial_id))
 
 

@@ -1,0 +1,85 @@
+"""dmlkit tune with several workers: a worker killed (-9) mid-trial on the local journal and on PostgreSQL
+(its trial is retried once, from the run folder's last.pt, and the study still reaches its trial count), and
+K worker processes sharing one study under one global trial cap."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from dmlkit.cli import main
+from dmlkit.tune import SearchSettings, tune
+from dmlkit.tune.storage import open_storage
+from dmlkit.tune.workers import counted_trials, origin_number
+from postgres_server import postgres_database, postgres_url  # noqa: F401  (pytest fixtures)
+from tests_helpers import TINY_OVERRIDES
+
+CONFIG = "configs/quickstart.yaml"
+QUICK = [*TINY_OVERRIDES, "eval.clustering=false", "train.max_steps=6", "train.val_every=2", "train.patience=5"]
+
+
+def _command(out, trials, *extra):
+    sets = sum((["--set", o] for o in QUICK), [])
+    return ["tune", CONFIG, "--out", str(out), "--trials", str(trials), "--sampler", "random", "--quiet", *sets, *extra]
+
+
+def _killed_at_step_5(argv, cwd):
+    """Run ``dmlkit ARGV`` in a fresh process that kills itself (-9) right after its first training step 5."""
+    env = {**os.environ, "DMLKIT_FAULT": "step:5"}
+    done = subprocess.run([sys.executable, "-m", "dmlkit", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == -9, done.stderr[-2000:]
+
+
+def _trials(out, storage=None):
+    study = optuna.load_study(study_name=out.resolve().name if storage is None else "shared", storage=open_storage(out, storage))
+    return sorted(study.get_trials(), key=lambda t: t.number)
+
+
+def _check_retried_once(out, storage=None):
+    trials = _trials(out, storage)
+    killed = trials[0]
+    assert killed.state.name == "FAIL"
+    if storage is None:  # on PostgreSQL Optuna's heartbeat fails it, with no reason of ours
+        assert killed.user_attrs["fail_reason"] == "its worker process died; retried"
+    retries = [t for t in trials if t.number > 0 and origin_number(t) == 0]
+    assert len(retries) == 1 and retries[0].state.name == "COMPLETE"
+    counted = counted_trials(trials)
+    assert killed not in counted and len(counted) == 3
+    run = out / "trials" / "0000"
+    assert json.loads((run / "environment.json").read_text())["resumes"][0]["step"] == 4  # from last.pt, not step 0
+    assert json.loads((run / "summary.json").read_text())["steps"] == 6
+    assert sorted(p.name for p in (out / "trials").iterdir()) == sorted(f"{origin_number(t):04d}" for t in counted)
+
+
+def test_killed_local_worker_is_retried_from_its_last_checkpoint(tmp_path):
+    out = tmp_path / "study"
+    _killed_at_step_5(_command(out, 3), os.getcwd())
+    assert [t.state.name for t in _trials(out)] == ["RUNNING"]
+    assert main(_command(out, 3)) == 0  # the same command again: the dead worker's trial is found by its lock
+    _check_retried_once(out)
+    rows = (out / "trials.md").read_text().splitlines()[2:]
+    assert [row.split(" | ")[1] for row in rows] == ["0", "2", "3"]  # trial 1 (the retry) runs in trial 0's folder
+
+
+def test_parallel_workers_share_one_trial_cap(tmp_path):
+    result = tune(CONFIG, trials=3, out=tmp_path, overrides=QUICK, settings=SearchSettings(sampler="random", seed=0), jobs=2)
+    trials = result.study.get_trials()
+    counted = counted_trials(trials)
+    assert len(counted) == 3 and all(t.state.name == "COMPLETE" for t in counted)
+    assert len({t.user_attrs["worker"] for t in counted}) == 2  # both processes ran trials
+    assert len(list(tmp_path.glob("trials/*/summary.json"))) == 3
+    assert {t.params["loss.params.alpha"] for t in counted} and len({tuple(t.params.items()) for t in counted}) == 3
+
+
+def test_killed_worker_on_postgresql_is_retried_by_another(tmp_path, postgres_database):
+    out = tmp_path / "study"
+    shared = ["--storage", postgres_database, "--study-name", "shared", "--heartbeat", "1"]
+    _killed_at_step_5(_command(out, 3, *shared), os.getcwd())
+    time.sleep(5)  # past the grace period of 4 missed heartbeats
+    other = subprocess.run([sys.executable, "-m", "dmlkit", *_command(out, 3, *shared)], capture_output=True, text=True, timeout=300)
+    assert other.returncode == 0, other.stderr[-2000:]
+    _check_retried_once(out, postgres_database)
