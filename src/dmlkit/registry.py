@@ -18,13 +18,25 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Maps names to factories (classes or functions) of one kind of component."""
 
-    def __init__(self, kind: str, populate: Callable[[], None] | None = None) -> None:
+    def __init__(self, kind: str, populate: Callable[[], None] | None = None, plugins: bool = False) -> None:
         """``populate``: run once, before the first lookup (not before a registration), to import the modules
         that register the built-in components; their package then need not import them all when it is
-        imported (reading a config names a loss without loading every loss)."""
+        imported (reading a config names a loss without loading every loss).
+
+        ``plugins``: a name not registered, and a listing of the names, first import the modules that installed
+        packages declare as ``dmlkit.plugins`` entry points (``dmlkit.plugins``, once per process), so that a name
+        an installed package registers (the lab's datasets, say) resolves wherever it is looked up, not only
+        after ``load_config``."""
         self.kind = kind
         self._factories: dict[str, Callable[..., T]] = {}
         self._populate = populate
+        self._plugins = plugins
+
+    def _import_plugins(self) -> None:
+        if self._plugins:
+            from dmlkit.plugins import import_entry_point_plugins
+
+            import_entry_point_plugins()
 
     def _ensure_populated(self) -> None:
         populate, self._populate = self._populate, None  # cleared first: the modules it imports may look up
@@ -53,10 +65,13 @@ class Registry(Generic[T]):
 
     def names(self) -> list[str]:
         self._ensure_populated()
+        self._import_plugins()
         return sorted(self._factories)
 
     def get(self, name: str) -> Callable[..., T]:
         self._ensure_populated()
+        if name not in self._factories:
+            self._import_plugins()
         if name not in self._factories:
             raise ValueError(
                 f"unknown {self.kind} '{name}'; valid names are: {', '.join(self.names())}"
@@ -71,6 +86,8 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: str) -> bool:
         self._ensure_populated()
+        if name not in self._factories:
+            self._import_plugins()
         return name in self._factories
 
 

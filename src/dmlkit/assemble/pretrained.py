@@ -2,8 +2,9 @@
 
 A config that says ``model.pretrained: glyphs-resnet20`` fine-tunes a backbone that dmlkit
 trains itself, once, as the papers fine-tune ImageNet weights: the *recipe* of a name is an
-experiment config (``RECIPES``; e.g. normalized softmax on the ``pretrain`` classes of
-``glyphs_testbed``, class-disjoint from the DML classes). ``dmlkit pretrain CONFIG`` (or the
+experiment config, registered with ``register_pretrained_recipe`` (``RECIPES``). The library ships
+no recipe; this project's own (normalized softmax on the ``pretrain`` classes of ``glyphs_testbed``,
+class-disjoint from the DML classes) are registered by the lab's plug-in (``dmlkit_lab.recipes``). ``dmlkit pretrain CONFIG`` (or the
 first ``dmlkit train`` / ``dmlkit protocol`` of a config that needs it) trains the recipe with
 the ordinary trainer (``dmlkit.pretrain``) and keeps the backbone's weights in
 
@@ -68,39 +69,47 @@ from dmlkit.models.config import ModelConfig
 
 __all__ = [
     "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "canonical_pretrained_name", "config_drift", "is_pretrained_name",
-    "list_pretrained", "pretrained_key", "pretrained_path", "pretrained_recipe", "read_pretrained", "resolve_pretrained",
+    "list_pretrained", "pretrained_key", "pretrained_path", "pretrained_recipe", "read_pretrained", "register_pretrained_recipe", "resolve_pretrained",
     "resolve_pretrained_weights", "split_pretrained_name", "state_checksum", "training_conditions",
 ]
 
 PRETRAINED_FORMAT = 3  # 2: the entry records the threads and library versions it was trained with; 3: and the CPU capability
 
+
+class _Recipes(dict):
+    """name -> recipe; a name not found (and a listing, ``list_pretrained``) first imports the installed plug-ins,
+    which register recipes with ``register_pretrained_recipe`` (this project's own: ``dmlkit_lab.recipes``)."""
+
+    def _plugins(self) -> None:
+        from dmlkit.plugins import import_entry_point_plugins
+
+        import_entry_point_plugins()
+
+    def __missing__(self, name: str) -> dict[str, Any]:
+        self._plugins()
+        if not dict.__contains__(self, name):
+            raise KeyError(name)
+        return dict.__getitem__(self, name)
+
+    def __contains__(self, name: object) -> bool:
+        if not dict.__contains__(self, name):
+            self._plugins()
+        return dict.__contains__(self, name)
+
+
 #: name -> the experiment config (as YAML values) whose trained backbone the name stands for.
-RECIPES: dict[str, dict[str, Any]] = {
-    # ResNet-20 on the 1,416 pretraining classes of glyphs_testbed (Latin, Greek, Cyrillic, ... by code point),
-    # normalized softmax, augmented, 1,500 steps of 128 images; best step by MAP@R on 10% held-out classes.
-    "glyphs-resnet20": {
-        "name": "pretrain-glyphs-resnet20",
-        "seed": 0,
-        "plots": False,
-        "data": {"name": "glyphs_testbed", "train_split": "pretrain", "val_fraction": 0.1, "augment": True},
-        "model": {"backbone": "resnet20", "pooling": "gap", "embedding_dim": 128, "normalize": "l2"},
-        "loss": {"name": "normalized_softmax", "miner": None},
-        "train": {
-            "optimizer": "adam", "lr": 2.0e-3, "loss_lr": 1.0e-2, "weight_decay": 1.0e-4, "batch_size": 128,
-            "m_per_class": 1, "max_steps": 1500, "schedule": "step", "step_size": 1000, "step_gamma": 0.1,
-            "val_every": 250, "patience": 100, "threads": 1,
-        },
-        "eval": {"split": "val", "clustering": False},
-    },
-}
-# The same recipe stopped after 300 of its 1,500 steps (no learning-rate drop): a weaker backbone, as a
-# smaller or shorter-trained ImageNet model is beside a strong one. The font testbed (issue 32) measures
-# its floor and the room fine-tuning has above it (docs/datasets.md).
-RECIPES["glyphs-resnet20-brief"] = {
-    **copy.deepcopy(RECIPES["glyphs-resnet20"]),
-    "name": "pretrain-glyphs-resnet20-brief",
-    "train": {**RECIPES["glyphs-resnet20"]["train"], "max_steps": 300, "val_every": 300},
-}
+RECIPES: dict[str, dict[str, Any]] = _Recipes()
+
+
+def register_pretrained_recipe(name: str, recipe: dict[str, Any]) -> None:
+    """Make ``model.pretrained: <name>`` (and ``<name>@seed<N>``) train and load the backbone of ``recipe``, an
+    experiment config as YAML values (checked here). A name is registered once."""
+    if not isinstance(name, str) or not name or "@" in name:
+        raise ValueError(f"a pretrained recipe's name is a non-empty string without '@', got {name!r}")
+    if dict.__contains__(RECIPES, name):
+        raise ValueError(f"pretrained backbone '{name}' is registered twice")
+    from_dict(ExperimentConfig, copy.deepcopy(recipe))  # a bad recipe fails here, not at its first use
+    RECIPES[name] = copy.deepcopy(recipe)
 
 
 class PretrainedCacheError(ValueError):
@@ -110,6 +119,7 @@ class PretrainedCacheError(ValueError):
 def list_pretrained() -> list[str]:
     """The names ``model.pretrained`` accepts besides ``true`` / ``false`` / a weights file (each also as
     ``<name>@seed<N>``)."""
+    RECIPES._plugins()
     return sorted(RECIPES)
 
 

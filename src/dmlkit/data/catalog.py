@@ -31,7 +31,7 @@ from dmlkit.data.splits import class_disjoint_split, class_fold_split, subset_cl
 from dmlkit.registry import Registry, check_kwargs
 from dmlkit.validation import is_int
 
-DATASETS: Registry[DMLDataset] = Registry("dataset")
+DATASETS: Registry[DMLDataset] = Registry("dataset", plugins=True)  # the lab's testbeds come from its plug-in
 DATASETS.register("glyphs", GlyphsDataset)
 DATASETS.register("glyphs_testbed", GlyphsTestbedDataset)
 DATASETS.register("glyph_collage", GlyphCollageDataset)
