@@ -4,7 +4,7 @@
 # scripts/font_testbed_tables.sh does on the CPU. The machine has no network, so the font packages travel as .debs.
 # Prepare here (once), in the repository root:
 #   echo /.debs/ >> .git/info/exclude; mkdir -p .debs && (cd .debs && apt-get download $(../.venv/bin/python -c \
-#     "from dmlkit.data.datasets.font_faces import FONT_PACKAGES; print(*FONT_PACKAGES)"))   # 17 files, 59.6 MB
+#     "from dmlkit_lab.datasets.font_faces import FONT_PACKAGES; print(*FONT_PACKAGES)"))   # 17 files, 59.6 MB
 #   the PML wheel as in scripts/gpu_protocol_batch.sh (only pytorch-metric-learning: faiss-cpu does not fit
 #   beside the fonts in the 64 MiB a call carries, and dmlkit's search does not need it).
 # Run (device tool): command "OUT_DIR=$OUT BACKBONES=glyphs-resnet20-brief TRAIN_SECONDS=330 bash

@@ -2,7 +2,7 @@
 # System (Debian) packages: headless Chromium + its driver for the browser tests (tests/browser.py), the
 # PostgreSQL server for the throwaway database of the shared-study tests of `dmlkit tune`
 # (tests/postgres_server.py; Debian keeps initdb/pg_ctl/postgres in /usr/lib/postgresql/<ver>/bin, off PATH),
-# and the font packages of the font_glyphs dataset (dmlkit.data.datasets.font_faces.FONT_PACKAGES; keep the
+# and the font packages of the font_glyphs dataset (dmlkit_lab.datasets.font_faces.FONT_PACKAGES; keep the
 # two lists equal). Idempotent: installs only what is missing (chromium and the postgres server: their
 # binaries; fonts: what dpkg does not report installed), and does nothing when all are there.
 # Needs root (or sudo) for apt-get; CI runs as root. The quickstart and `make run` need none of these.

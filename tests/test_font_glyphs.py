@@ -11,12 +11,12 @@ import torch
 import pytest
 
 from dmlkit.data import create_dataset
-from dmlkit.data.datasets import font_glyph_table as T
-from dmlkit.data.datasets.font_faces import INSTALL_COMMAND, package_faces
-from dmlkit.data.datasets.font_glyphs import dml_candidates
+from dmlkit_lab.datasets import font_glyph_table as T
+from dmlkit_lab.datasets.font_faces import INSTALL_COMMAND, package_faces
+from dmlkit_lab.datasets.font_glyphs import dml_candidates
 from dmlkit.data.datasets.glyph_cache import load_glyph_table
 from dmlkit.data.datasets.glyph_render import GlyphRenderer, font_coverage, font_dir
-from dmlkit.data.datasets.glyph_testbed import testbed_classes as classes_of  # (not collected as a test)
+from dmlkit_lab.datasets.glyph_testbed import testbed_classes as classes_of  # (not collected as a test)
 
 FACES = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf", "DejaVuSansMono.ttf", "STIXGeneral.ttf")
 
@@ -111,7 +111,7 @@ def test_another_font_set_is_rendered_again_with_a_warning_never_mixed(faces, tm
 def test_a_missing_font_package_names_the_install_command(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="fonts-dmlkit-no-such-package.*" + INSTALL_COMMAND.replace(".", r"\.")):
         package_faces(["fonts-dmlkit-no-such-package"])
-    from dmlkit.data.datasets import font_faces
+    from dmlkit_lab.datasets import font_faces
 
     monkeypatch.setattr(font_faces, "FONT_PACKAGES", ("fonts-dmlkit-no-such-package",))
     with pytest.raises(ValueError, match="install_system_packages"):
@@ -124,7 +124,7 @@ def test_the_install_script_installs_the_font_packages_the_dataset_reads():
     import re
     from pathlib import Path
 
-    from dmlkit.data.datasets.font_faces import FONT_PACKAGES
+    from dmlkit_lab.datasets.font_faces import FONT_PACKAGES
 
     script = (Path(__file__).parents[1] / "scripts" / "install_system_packages.sh").read_text()
     listed = re.search(r'FONT_PACKAGES="([^"]*)"', script).group(1).split()
@@ -132,7 +132,7 @@ def test_the_install_script_installs_the_font_packages_the_dataset_reads():
 
 
 def test_min_images_is_part_of_the_cache_key_and_decides_the_classes(faces, tmp_path):
-    from dmlkit.data.datasets.font_glyph_cache import font_table_key
+    from dmlkit_lab.datasets.font_glyph_cache import font_table_key
 
     cands = dml_candidates()[:400]
     assert font_table_key(faces, cands, 32) == font_table_key(faces, cands, 32, min_images=T.MIN_FACE_IMAGES)

@@ -10,7 +10,7 @@ from dmlkit.config import load_config
 from dmlkit.data import build_datasets, check_dataset, create_dataset
 from dmlkit.data.config import DataConfig
 from dmlkit.data.datasets import glyphs as G
-from dmlkit.data.datasets.glyph_testbed import testbed_classes as classes_of  # (not collected as a test)
+from dmlkit_lab.datasets.glyph_testbed import testbed_classes as classes_of  # (not collected as a test)
 
 SPLITS = ("pretrain", "train", "val", "test")
 

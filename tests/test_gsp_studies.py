@@ -365,7 +365,7 @@ def test_collage_testbed_pool_uses_no_class_the_backbone_was_pretrained_on():
     'pretrain' split (the classes glyphs-resnet20 learned); class_pool='testbed' draws every role from the DML side."""
     import numpy as np
 
-    from dmlkit.data.datasets.glyph_testbed import testbed_classes
+    from dmlkit_lab.datasets.glyph_testbed import testbed_classes
 
     table = load_glyph_table()
     codepoints = np.asarray(table.codepoints)

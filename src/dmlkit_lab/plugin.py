@@ -8,6 +8,8 @@ glyphs-resnet20[-brief]`` thereby resolve without the library importing the lab.
 
 from __future__ import annotations
 
+from dmlkit_lab.datasets import register_datasets
 from dmlkit_lab.recipes import register_recipes
 
+register_datasets()  # first: a recipe names its dataset
 register_recipes()

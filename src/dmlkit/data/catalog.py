@@ -2,7 +2,9 @@
 
 A dataset registers its ``DMLDataset`` subclass under a name; the class names
 its splits in ``SPLITS`` and makes its data available in ``prepare``. Adding a
-dataset = one ``DATASETS.register(...)`` line below.
+dataset = one ``DATASETS.register(...)`` line below (or, from a plug-in, one call: the lab's testbeds
+``glyphs_testbed``, ``font_glyphs`` and ``glyph_collage`` are registered by ``dmlkit_lab``'s, which the registry
+imports when a name is not found here).
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ from typing import Any
 
 from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.config import DataConfig
-from dmlkit.data.datasets.collage import GlyphCollageDataset
-from dmlkit.data.datasets.font_glyphs import FontGlyphsDataset
-from dmlkit.data.datasets.glyph_testbed import GlyphsTestbedDataset
 from dmlkit.data.datasets.glyphs import GlyphsDataset
 from dmlkit.data.datasets.image_folder import ImageFolderDataset
 from dmlkit.data.datasets.cars import CarsDataset
@@ -33,9 +32,6 @@ from dmlkit.validation import is_int
 
 DATASETS: Registry[DMLDataset] = Registry("dataset", plugins=True)  # the lab's testbeds come from its plug-in
 DATASETS.register("glyphs", GlyphsDataset)
-DATASETS.register("glyphs_testbed", GlyphsTestbedDataset)
-DATASETS.register("glyph_collage", GlyphCollageDataset)
-DATASETS.register("font_glyphs", FontGlyphsDataset)
 DATASETS.register("image_folder", ImageFolderDataset)
 DATASETS.register("cub", CUBDataset)
 DATASETS.register("cars", CarsDataset)

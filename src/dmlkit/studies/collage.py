@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from dmlkit.config import load_config
-from dmlkit.data.datasets.collage import CLASS_POOLS
+from dmlkit_lab.datasets.collage import CLASS_POOLS
 from dmlkit.pooling.gsp_diagnostics import weight_entropy
 from dmlkit.studies.paired_runs import paired_differences
 

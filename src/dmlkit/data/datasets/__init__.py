@@ -4,10 +4,8 @@
 - ``glyphs``: the embedded default dataset, built by ``glyph_render`` (fonts and rendering one font),
   ``glyph_select`` (which characters become classes) with ``glyph_duplicates`` (which renderings of a class
   are kept), ``glyph_table`` (the rendered table) and ``glyph_cache`` (its ``.npz`` cache);
-  ``stored_images``: ``StoredGlyphImages``, the base of the glyph datasets' items; ``glyph_testbed``:
-  ``glyphs_testbed``, its classes cut into pretraining and DML classes; ``font_glyphs``: its DML classes in Debian's
-  font faces (``font_faces``, ``font_glyph_table``, ``font_glyph_cache``); ``collage``: ``glyph_collage``, the
-  thesis' collage study built from the glyphs;
+  ``stored_images``: ``StoredGlyphImages``, the base of the glyph datasets' items (the lab's testbeds built on
+  the glyphs, ``glyphs_testbed``, ``font_glyphs`` and ``glyph_collage``, are in ``dmlkit_lab.datasets``);
 - ``array_images``: base of the small in-memory datasets ``mnist``, ``fashion_mnist``, ``cifar``;
 - ``image_list``: base of the benchmarks read from their official annotation files ``cub``, ``cars``,
   ``sop``, ``inshop``, ``vehicleid``; ``image_folder``: a user's own images, one sub-folder per class,

@@ -1,5 +1,5 @@
 """``StoredGlyphImages``: the base of the datasets whose items are glyph images held in memory
-(``GlyphsDataset``, ``GlyphCollageDataset``): a ``uint8`` tensor ``images (N, H, W)`` with ``labels``.
+(``GlyphsDataset``, and the lab's ``GlyphCollageDataset``): a ``uint8`` tensor ``images (N, H, W)`` with ``labels``.
 
 Item ``i`` is the image scaled to [0, 1] as a float tensor ``(1, H, W)``, with ``augment``
 perturbed by ``GlyphAugment`` drawn from ``(seed, epoch, i)``, then with ``normalize``

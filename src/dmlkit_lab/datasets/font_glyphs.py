@@ -29,8 +29,8 @@ from typing import Sequence
 
 import numpy as np
 
-from dmlkit.data.datasets.font_faces import package_faces
-from dmlkit.data.datasets.font_glyph_cache import (
+from dmlkit_lab.datasets.font_faces import package_faces
+from dmlkit_lab.datasets.font_glyph_cache import (
     cached_font_sizes,
     font_glyphs_cache_path,
     font_table_key,
@@ -39,7 +39,7 @@ from dmlkit.data.datasets.font_glyph_cache import (
 from dmlkit.data.datasets.glyph_cache import load_glyph_table
 from dmlkit.data.datasets.glyph_select import REFERENCE_SIZE
 from dmlkit.data.datasets.glyph_table import GlyphTable
-from dmlkit.data.datasets.glyph_testbed import dealt_to
+from dmlkit_lab.datasets.glyph_testbed import dealt_to
 from dmlkit.data.datasets.glyphs import GlyphsDataset
 from dmlkit.data.datasets.stored_images import GLYPHS_MEAN, GLYPHS_STD
 from dmlkit.data.transforms.glyph_augment import GlyphAugmentConfig

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dmlkit.data.datasets.font_faces import face_name
+from dmlkit_lab.datasets.font_faces import face_name
 from dmlkit.data.datasets.glyph_duplicates import DUPLICATE_THRESHOLD, keep_distinct
 from dmlkit.data.datasets.glyph_render import font_coverage, glyph_category, render_font_table
 from dmlkit.data.datasets.glyph_select import REFERENCE_SIZE

@@ -54,7 +54,7 @@ from torch import Tensor
 from dmlkit.data.datasets.glyph_cache import load_glyph_table, prepare_glyphs
 from dmlkit.data.datasets.glyph_select import REFERENCE_SIZE
 from dmlkit.data.datasets.glyph_table import GlyphTable
-from dmlkit.data.datasets.glyph_testbed import testbed_classes
+from dmlkit_lab.datasets.glyph_testbed import testbed_classes
 from dmlkit.data.datasets.glyphs import split_class_range
 from dmlkit.data.datasets.stored_images import StoredGlyphImages
 from dmlkit.data.seeding import check_seed, make_generator

@@ -18,8 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from dmlkit.data.cache import save_npz_atomic
-from dmlkit.data.datasets.font_faces import face_name, faces_fingerprint
-from dmlkit.data.datasets.font_glyph_table import (
+from dmlkit_lab.datasets.font_faces import face_name, faces_fingerprint
+from dmlkit_lab.datasets.font_glyph_table import (
     FontTableCounts,
     build_font_table,
     font_glyphs_rule,
