@@ -11,7 +11,7 @@ __all__ = ["BENCHMARKS", "COMMANDS", "STUDIES"]
 # Benchmarks: name -> module of the top-level ``benchmarks/`` folder of a source checkout (``dmlkit bench NAME ARGS``).
 BENCHMARKS = {
     name: f"benchmarks.{name}"
-    for name in ("retrieval", "retrieval_large", "retrieval_sharded", "retrieval_tradeoff", "clustering_large", "fastap", "miner", "triplet", "sft", "ccp", "gsp", "data", "search", "ddp", "train", "device_check")
+    for name in ("retrieval", "retrieval_large", "retrieval_sharded", "retrieval_tradeoff", "clustering_large", "fastap", "miner", "triplet", "sft", "ccp", "gsp", "data", "search", "ddp", "train", "tune", "device_check")
 }
 
 # Controlled studies: name -> module with main(argv) -> int (``dmlkit study NAME ARGS``).
