@@ -1,6 +1,6 @@
 """Which module a run evaluates: its methods' view of the embedder, or a classifier loss's class outputs.
 
-Classification losses (CE', CE'' of seed 002) train a classifier head on top of the
+Classification losses (CE', CE'' of the classification-baseline paper) train a classifier head on top of the
 embedding. ``eval.embedding: classifier`` evaluates retrieval on that head's outputs in
 [0, 1]^c (the space in which Lemmas 3-4 bound the distances) instead of on the features
 before it (``features``, the default).

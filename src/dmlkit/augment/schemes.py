@@ -34,7 +34,7 @@ centre (``available_classes``), minus the feature's own class, and the policy sa
   every feature of that class goes to it, so the P x K structure is kept exactly (each generated
   class has at least K features).
 * ``"all"``: a uniformly drawn other class among *all* classes with a centre, for each feature
-  independently (the literal, widest reading; the behaviour before issue 18).
+  independently (the literal, widest reading; with many classes few generated anchors have a positive).
 
 The unbalanced scheme applies the same policy among the *tail* classes: ``"batch"`` and
 ``"shared"`` draw among the tail classes present in the batch (a head feature gets ``-1`` when the

@@ -1,7 +1,7 @@
 """SFT's settings: the ``methods.sft`` section of an experiment config (``SFTConfig``), checked once here.
 
-Old configs name the section ``augment:`` (``dmlkit.config_migration`` maps the old key). Every rule
-about the values (the names, ranges, and SFT-d needing ``normalize_input``) lives in
+Stored run records may name the section ``augment:``; ``dmlkit.config_migration`` reads it as this.
+Every rule about the values (the names, ranges, and SFT-d needing ``normalize_input``) lives in
 ``SFTConfig.__post_init__``; :class:`~dmlkit.augment.feature_generator.FeatureGenerator` builds an
 ``SFTConfig`` from its arguments, so a generator made without a config is checked by the same rules.
 The training method that reads the section is ``dmlkit.methods.sft``.

@@ -4,8 +4,8 @@ A process of a multi-process torchrun job leaves with ``os._exit`` once its comm
 output is flushed. The interpreter's normal shutdown runs the C++ destructors of torch.distributed's objects,
 and a thread still joinable there aborts the process ("terminate called without an active exception",
 SIGABRT) after the run has finished and written everything; torchrun then reports the job as failed.
-Measured: 1 abort in 8 two-process trainings on a loaded 2-core machine, with no Python frame on the
-aborting thread, after ``destroy_process_group``. Everything dmlkit writes is written atomically and closed
+The abort is intermittent (measured: 1 in 8 two-process trainings), with no Python frame on the aborting
+thread, after ``destroy_process_group``. Everything dmlkit writes is written atomically and closed
 before the command returns, so skipping the shutdown loses nothing. One process alone exits normally.
 """
 

@@ -18,7 +18,8 @@ class TrainConfig:
     validation MAP@R, early stopping; the configs under ``configs/`` set them per experiment.
     ``sampler`` names a batch sampler of ``dmlkit.data.list_batch_samplers()`` (``m_per_class``
     uses ``m_per_class``; ``fastap_random`` / ``fastap_hard`` take ``sampler_params``). The head-only
-    warm-up is a training method: ``methods.warmup.steps`` (formerly ``train.warmup_steps``).
+    warm-up is a training method: ``methods.warmup.steps`` (``dmlkit.config_migration`` reads
+    ``train.warmup_steps`` of stored run records as it).
     """
 
     optimizer: str = "adam"

@@ -5,8 +5,8 @@ names in ``no_weight_decay()`` (a set of its own parameter names, timm's convent
 embeddings that no architecture constrains, such as CCP's proxies (``ProxyBank``), GSP's
 prototypes or the zero-shot class embeddings. With Adam the decay is coupled: ``wd * p`` is
 added to the gradient and then rescaled by Adam, so a parameter that gets little loss gradient
-shrinks by about ``lr`` per step (CCP's proxies drifted to norms 0.27-0.95 in 400 steps, fidelity
-review C5/C9). ``exclude_from_weight_decay`` moves such parameters into a group of their own,
+shrinks by about ``lr`` per step (CCP's proxies drifted to norms 0.27-0.95 in 400 steps).
+``exclude_from_weight_decay`` moves such parameters into a group of their own,
 ``<group>_no_decay``, with ``weight_decay: 0``; the trainer applies it to the groups a run
 brings, so a component opts in by defining the method, whatever method or loss owns it.
 """

@@ -36,8 +36,8 @@ class LossConfig:
             None for no miner.
         miner_params: hyper-parameters of the miner.
 
-    GSP's zero-shot prediction loss is a training method: ``methods.zero_shot`` (formerly
-    ``loss.zero_shot_weight`` / ``loss.zero_shot_params``).
+    GSP's zero-shot prediction loss is a training method: ``methods.zero_shot`` (``dmlkit.config_migration``
+    reads ``loss.zero_shot_weight`` / ``loss.zero_shot_params`` of stored run records as it).
     """
 
     name: str = "multi_similarity"

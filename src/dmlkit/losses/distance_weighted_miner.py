@@ -9,7 +9,7 @@ inverse of the density of distances between points uniform on the unit sphere in
 and zero for pairs at distance ``nonzero_loss_cutoff`` or more (they give no margin-loss gradient). This is the
 sampling of pytorch-metric-learning's ``DistanceWeightedMiner`` (same weights, same triplets per anchor, the same
 skipped anchors), drawn in two ``torch.multinomial`` calls instead of a loop over the classes: PML's loop
-synchronises with the device several times per class (0.32 s a step on an H200 against multi-similarity's 0.05,
+synchronises with the device several times per class (0.32 s a step on a GPU against multi-similarity's 0.05,
 ``docs/device.md``) and draws from torch's global generator. Here the draws come from a private
 ``torch.Generator`` seeded at construction (by default with the seed the run's model is built under), so a fixed
 seed reproduces the triplets and the global random state is left alone.

@@ -1,7 +1,7 @@
 """FastAP (Cakir et al., "Deep Metric Learning to Rank", CVPR 2019) with a closed-form gradient.
 
 The value is exactly PML's ``FastAPLoss(num_bins)``; the gradient is the
-closed form of Sec. C.2-C.3 of the FastAP supplement (seed 004) in a custom
+closed form of Sec. C.2-C.3 of the FastAP supplement in a custom
 ``torch.autograd.Function`` instead of autograd through an ``(L, M, M)`` pulse
 tensor.
 

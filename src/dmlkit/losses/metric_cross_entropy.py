@@ -1,4 +1,7 @@
-"""CE' and CE'': the weak-metric and metric cross-entropies of seed 002 ("How Classification Baseline Works for DML").
+"""CE' and CE'': the weak-metric and metric cross-entropies of the classification-baseline paper.
+
+The paper: *How Classification Baseline Works for Deep Metric Learning: A Perspective of Metric Space*
+(ACML 2024), its supplement.
 
 The supplement writes a classification loss between class outputs ``x`` and a
 label vector ``y`` in ``[0, 1]^c`` as ``L_m(x, y) = F(sum_i d(x_i, y_i))``
@@ -40,7 +43,7 @@ def _check_unit(name: str, x: torch.Tensor) -> None:
 
 
 class MetricCrossEntropy:
-    """CE' (``kind="weak"``) and CE'' (``kind="metric"``) of the Example of seed 002's supplement.
+    """CE' (``kind="weak"``) and CE'' (``kind="metric"``) of the Example of the classification-baseline supplement.
 
     * ``weak``: ``L(x, y) = sum_i -log(max(1 - |x_i - y_i|, eps))``; a weak metric
       with the labels as uniform points (``a``, ``b``, ``p`` are ignored).
@@ -129,7 +132,7 @@ class MetricCrossEntropy:
 def metric_bounds(
     outputs: torch.Tensor, labels: torch.Tensor, loss: MetricCrossEntropy | torch.nn.Module, tol: float = 1e-6
 ) -> dict[str, Any]:
-    """Check the bounds of Lemmas 3-4 of seed 002 on given class outputs.
+    """Check the bounds of Lemmas 3-4 of the classification-baseline paper on class outputs.
 
     ``eps = max_n L(outputs_n, onehot(labels_n))`` (the sup of the training loss);
     Lemma 3: same-class pairs have ``L(a, b) <= 2 eps`` (needs a weak metric with

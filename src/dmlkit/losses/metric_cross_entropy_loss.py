@@ -1,4 +1,4 @@
-"""CE' / CE'' (seed 002) on a linear classifier head as a PML loss, registered as ``ce_weak`` and ``ce_metric``.
+"""CE' / CE'' (classification-baseline paper) on a linear classifier head as a PML loss: ``ce_weak``, ``ce_metric``.
 
 ``MetricCrossEntropyLoss(num_classes, embedding_size, criterion)`` holds the
 classifier (``W``, ``bias``) and applies a
@@ -137,7 +137,7 @@ def _no_criterion(name: str, options: dict[str, Any]) -> None:
 def ce_weak(
     num_classes: int, embedding_size: int, output: str = "softmax", eps: float = 1e-7, **options: Any
 ) -> MetricCrossEntropyLoss:
-    """CE' weak-metric classification loss (seed 002, Example): ``sum_i -log(1 - |x_i - y_i|)`` on a linear head.
+    """CE' weak-metric classification loss (the paper's Example): ``sum_i -log(1 - |x_i - y_i|)`` on a linear head.
 
     Defaults: ``output = "softmax"`` (class outputs), ``eps = 1e-7`` (clamp of
     ``1 - |x - y|``, so ``M = -log eps``).  No hyper-parameter is given in the
@@ -158,7 +158,7 @@ def ce_metric(
     allow_non_metric: bool = False,
     **options: Any,
 ) -> MetricCrossEntropyLoss:
-    """CE'' metric classification loss (seed 002, Example): ``sum_i -log(1 + a - b|x_i - y_i|^p) + log(1 + a)``.
+    """CE'' metric classification loss (the paper's Example): ``sum_i -log(1 + a - b|x_i - y_i|^p) + log(1 + a)``.
 
     Defaults ``a = 0, b = 0.8, p = 0.5`` (not given by the seed; chosen inside the
     metric condition ``b / (1 + a) = 0.8 <= 2^(p+1) - 2^(2p) = 0.828``, giving a

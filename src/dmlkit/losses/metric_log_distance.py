@@ -1,4 +1,4 @@
-"""The coordinate distance of CE'' (seed 002, supplement's Example) and its metric condition.
+"""The coordinate distance of CE'' (classification-baseline supplement, Example) and its metric condition.
 
 ``d(u, v) = -log(1 + a - b |u - v|^p) + log(1 + a)`` on [0, 1]; summed over the
 ``c`` class outputs it is CE'' (:class:`~dmlkit.losses.metric_cross_entropy.MetricCrossEntropy`,
@@ -31,7 +31,8 @@ def metric_condition_bound(p: float) -> float:
 
 
 class MetricLogDistance:
-    """CE'' coordinate distance ``d(u, v) = -log(1 + a - b |u - v|^p) + log(1 + a)`` (Example of seed 002).
+    """CE'' coordinate distance ``d(u, v) = -log(1 + a - b |u - v|^p) + log(1 + a)`` (classification-baseline
+    supplement, Example).
 
     Computed as ``-log1p(-k |u - v|^p)`` with ``k = b / (1 + a)``.  Domain (always
     enforced): ``a > -1``, ``b > 0``, ``p > 0``, ``1 + a - b > 0``.  It is a metric

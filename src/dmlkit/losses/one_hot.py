@@ -2,7 +2,7 @@
 
 ``one_hot_labels(labels, num_classes, dtype)`` turns class indices ``(B,)`` into
 the label vectors ``(B, num_classes)`` that CE' / CE'' compare class outputs with
-(the uniform points of seed 002's weak metric); ``check_one_hot(targets)``
+(the uniform points of the weak metric of the classification-baseline paper); ``check_one_hot(targets)``
 validates label vectors given directly.  Both raise ``ValueError`` on bad input.
 """
 

@@ -2,7 +2,8 @@
 
 Each factory's keyword defaults are the documented defaults (``loss_defaults``
 reads them); its docstring names the source of each value.  Main source: the
-thesis (seed 003, Gurbuz 2022), Sec. 3.3.2.1 "Hyperparameters", which takes
+thesis (Gurbuz, *Novel Optimization Models to Generalize Deep Metric Learning*,
+METU 2022), Sec. 3.3.2.1 "Hyperparameters", which takes
 them from the Bayesian search of Musgrave et al., "A Metric Learning Reality
 Check" (ECCV 2020) and the original papers.  Where the thesis gives one value
 per dataset, the default is the CUB-200 value and the others are listed, to be
@@ -173,7 +174,7 @@ def ranked_list(
 def fastap(num_bins: int = 10, **options: Any) -> FastAPLoss:
     """FastAP (Cakir et al., "Deep Metric Learning to Rank", CVPR 2019): AP with soft histogram binning.
 
-    The histogram of squared L2 distances of each query (supplement, seed 004,
+    The histogram of squared L2 distances of each query (FastAP supplement,
     Sec. C.1) has ``num_bins`` bins, the method's only parameter; default 10
     (PML's default). dmlkit's ``FastAPLoss`` has PML's value and the closed-form
     gradient of Sec. C.2-C.3 (``dmlkit.losses.fast_ap_loss``).

@@ -1,4 +1,4 @@
-"""The coordinate distance of CE' (seed 002, supplement's Example): a weak metric on [0, 1].
+"""The coordinate distance of CE' (classification-baseline supplement, Example): a weak metric on [0, 1].
 
 ``d(u, v) = -log(max(1 - |u - v|, eps))``: summed over the ``c`` class outputs it
 is CE' (:class:`~dmlkit.losses.metric_cross_entropy.MetricCrossEntropy`,

@@ -1,7 +1,7 @@
 """CCP as a training method: proxies, the projection term and alternating projections (Algorithm 1 of the thesis).
 
-``methods.ccp.enabled`` turns it on (the section is ``CCPConfig``, ``dmlkit.proxies.config``; ``ccp:``
-in old configs). The components live in ``dmlkit.proxies``; this method plugs them
+``methods.ccp.enabled`` turns it on (the section is ``CCPConfig``, ``dmlkit.proxies.config``).
+The components live in ``dmlkit.proxies``; this method plugs them
 into a run through its hooks:
 
 * ``wrap_loss``: the metric loss becomes ``ProxyPairLoss`` against a ``ProxyBank`` (Eq. 3.2.11, data

@@ -1,7 +1,7 @@
 """SFT as a training method: the loss on the generated batch as its own objective term (Eq. 10 of the SFT paper).
 
 ``methods.sft`` in the config turns it on (``methods.sft.name``: ``sft``, ``sft_d`` or ``translation``;
-the section is ``SFTConfig``, ``dmlkit.augment.sft_config``, ``augment:`` in old configs).
+the section is ``SFTConfig``, ``dmlkit.augment.sft_config``).
 The objective then has two named terms, logged apart as ``loss/real`` and ``loss/generated``:
 
     real:       J(X, Y)                                                  (the run's metric term, renamed)

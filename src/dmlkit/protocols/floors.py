@@ -1,7 +1,8 @@
 """Floor rows of a results table: what a split scores before any training.
 
-A method's row means little without the scores that need no learning at all; on glyphs before
-issue 17, an untrained ResNet-20 already had P@1 0.750 on the quickstart's test split. The floors:
+A method's row means little without the scores that need no learning at all: on a split with near-identical
+images in train and test an untrained ResNet-20 can reach a high P@1 (0.750 on a glyph split that kept
+identical renderings). The floors:
 
 - ``raw pixels``: the un-augmented, normalised images, flattened (area-downsampled to at most
   32 x 32 per channel, so large images stay tractable), retrieved by Euclidean distance;

@@ -1,4 +1,6 @@
-"""CCP's settings: the ``methods.ccp`` section of an experiment config (``ccp:`` in old configs).
+"""CCP's settings: the ``methods.ccp`` section of an experiment config.
+
+Stored run records may name the section ``ccp:``; ``dmlkit.config_migration`` reads it as this one.
 
 The training method that reads it (proxy loss, projection term, alternation of Algorithm 1)
 is ``dmlkit.methods.ccp``.

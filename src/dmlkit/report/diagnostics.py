@@ -8,7 +8,7 @@
   space the loss compared (``LoadedRun.features``: for SFT-d, ``model.normalize: none`` with
   ``methods.sft.normalize_input``, the L2-normalised embedding, not the raw head output);
 * ``metric_bounds`` (only for a classifier loss with a metric criterion, ce_weak /
-  ce_metric): Lemmas 3-4 of seed 002 on the *training* images (un-augmented), where
+  ce_metric): Lemmas 3-4 of the classification-baseline paper on the *training* images (un-augmented), where
   ``eps`` is the sup of the training loss, with the classifier applied to the features the loss
   received (``LoadedRun.features`` again). ``eps`` is taken over every training image;
   the pairwise bounds are checked on ``max_pairs_samples`` images drawn with the run's seed
