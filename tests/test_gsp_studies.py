@@ -29,7 +29,7 @@ def test_token_bags_follow_the_class_fraction():
 
 
 def test_synthetic_study_tiny_budget(tmp_path):
-    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, run_study
+    from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig, run_study
 
     cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1, prototype_init="random")
     results = run_study(cfg, tmp_path)
@@ -87,7 +87,7 @@ def test_collage_foreground_cell_holds_the_label_glyph(collages):
 def test_pooling_weights_are_uniform_for_gap_and_sum_to_one_for_gsp(collages):
     from dmlkit.models import build_embedder
     from dmlkit.models.config import ModelConfig
-    from dmlkit.studies.collage import foreground_share, pooling_weights
+    from dmlkit_lab.studies.collage import foreground_share, pooling_weights
 
     x, _ = collages[1].get_batch(range(6))
     mask = collages[1].foreground_mask(8, 8)[:6]
@@ -107,7 +107,7 @@ def test_collage_bad_input():
 
 
 def test_collage_study_tiny_budget(tmp_path):
-    from dmlkit.studies.collage import run_study
+    from dmlkit_lab.studies.collage import run_study
 
     results = run_study(tmp_path, ["gsp+zs"], max_steps=2, val_every=2, per_class=4, samples=3, seeds=[0, 1])
     assert [(r["variant"], r["seed"]) for r in results] == [("gsp+zs", 0), ("gsp+zs", 1)]
@@ -159,7 +159,7 @@ def test_proposition_4_2_1_error_bounded_by_covering_radius(seed, b, n, d, k):
 
 
 def test_pcc_study_writes_its_table(tmp_path):
-    from dmlkit.studies.pcc import run_study
+    from dmlkit_lab.studies.pcc import run_study
 
     rows = run_study(tmp_path, ks=(4, 16), classes=2, per_class=3)
     assert [r["k"] for r in rows] == [4, 16] and all(r["bound_holds"] == 1.0 for r in rows)
@@ -171,7 +171,7 @@ def test_pcc_table_on_a_case_with_a_known_answer():
     """Local features on the corners of a 0.3 x 0.4 rectangle. k = 4: every feature is a prototype, PCC = GAP.
     k = 2: greedy k-centre from corner 0 takes the opposite corner (0.3, 0.4); (0.3, 0) joins corner 0 and (0, 0.4)
     joins (0.3, 0.4), so delta = 0.3 and the PCC errors are 0.075 and 0.15 (worked out by hand)."""
-    from dmlkit.studies.pcc import pcc_table
+    from dmlkit_lab.studies.pcc import pcc_table
 
     a0, a1, a2, a3 = torch.tensor([[0.0, 0.0], [0.3, 0.0], [0.0, 0.4], [0.3, 0.4]], dtype=torch.float64)
     features = torch.stack([torch.stack([a0, a0, a1, a3]), torch.stack([a2, a2, a2, a1])])
@@ -186,7 +186,7 @@ def test_foreground_share_known_answers(collages):
     """GAP weighs every location 1/n: its share is the foreground quarter's 0.25 exactly; all weight inside the
     mask gives 1, all outside 0; a GSP model's weights (plan summed over prototypes / mu) sum to 1 per image."""
     from dmlkit.models import ModelConfig, build_embedder
-    from dmlkit.studies.collage import foreground_share, pooling_weights
+    from dmlkit_lab.studies.collage import foreground_share, pooling_weights
 
     _, test = collages
     images, _ = test.get_batch(range(8))
@@ -208,7 +208,7 @@ def test_foreground_share_known_answers(collages):
 # ------------------------------------------------------------------ issue 20 item 7: the studies as the thesis runs them
 def _hand_model(num_prototypes, memory_size=4, warmup_steps=1, normalization="unit_ball"):
     """A synthetic-study GSP model whose tokens 0-3 sit at hand-picked points of the 2-D box."""
-    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, TokenBagModel
+    from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig, TokenBagModel
 
     cfg = SyntheticStudyConfig(num_prototypes=num_prototypes, memory_size=memory_size, warmup_steps=warmup_steps,
                                iters=60, prototype_init="kcenter", normalization=normalization)
@@ -223,7 +223,7 @@ def test_synthetic_study_l2_reading_starts_prototypes_on_the_unit_circle():
     """``normalization="l2"`` (the author's code): the memory keeps l2-normalised GAP vectors, so the k-centre
     prototypes are the hand-picked points' directions: (0.1, 0) -> (1, 0), (0.3, 0.3) -> (0.71, 0.71),
     (-0.2, 0.1) -> (-0.89, 0.45), the zero vector stays 0. A bad reading is refused with the choices."""
-    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig
+    from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig
 
     model, points = _hand_model(num_prototypes=3, normalization="l2")
     model(torch.tensor([[0, 1, 2, 3, 64, 65]] * 2))  # the skipped batch (warmup_steps=1)
@@ -259,7 +259,7 @@ def test_synthetic_kcenter_start_takes_the_farthest_first_gap_vectors():
 
 
 def test_synthetic_eval_bags_do_not_enter_the_memory():
-    from dmlkit.studies.gsp_synthetic import _embed
+    from dmlkit_lab.studies.gsp_synthetic import _embed
 
     model, _ = _hand_model(num_prototypes=2, warmup_steps=0)
     _embed(model, torch.arange(4).repeat_interleave(5).reshape(4, 5))
@@ -268,7 +268,7 @@ def test_synthetic_eval_bags_do_not_enter_the_memory():
 
 def test_synthetic_prototypes_and_tokens_stay_in_the_box_even_at_a_huge_learning_rate(tmp_path):
     """With lr 0.5 Adam moves every coordinate by about 0.5 per step: only the clamp keeps them in [-0.3, 0.3]."""
-    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, train_variant
+    from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig, train_variant
 
     for init in ("kcenter", "random"):
         cfg = SyntheticStudyConfig(max_epochs=3, steps_per_epoch=3, eval_per_class=3, iters=10, patience=5, lr=0.5,
@@ -281,8 +281,8 @@ def test_synthetic_prototypes_and_tokens_stay_in_the_box_even_at_a_huge_learning
 
 
 def test_synthetic_study_tiny_budget_three_seeds_pairs_with_gap(tmp_path):
-    from dmlkit.studies.gsp_synthetic import SyntheticStudyConfig, run_study
-    from dmlkit.studies.paired_runs import paired_differences
+    from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig, run_study
+    from dmlkit_lab.studies.paired_runs import paired_differences
 
     cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1,
                                warmup_steps=1, memory_size=64)
@@ -302,7 +302,7 @@ def test_collage_pretrained_overrides_build_the_section_5_2_4_model():
 
     from dmlkit.config import load_config
     from dmlkit.models import build_embedder
-    from dmlkit.studies.collage import variant_overrides
+    from dmlkit_lab.studies.collage import variant_overrides
 
     gap_o = variant_overrides("gap", 10, 5, 0, backbone="pretrained")
     gsp_o = variant_overrides("gsp", 10, 5, 0, backbone="pretrained")
@@ -330,7 +330,7 @@ def test_collage_pretrained_overrides_build_the_section_5_2_4_model():
 
 def test_collage_pooling_weights_of_a_gsp_layer_in_its_warmup_are_uniform(collages):
     from dmlkit.models import ModelConfig, build_embedder
-    from dmlkit.studies.collage import pooling_entropy, pooling_weights
+    from dmlkit_lab.studies.collage import pooling_entropy, pooling_weights
 
     x, _ = collages[1].get_batch(range(4))
     model = build_embedder(ModelConfig(pooling="gsp", embedding_dim=8, pooling_params={
@@ -342,7 +342,7 @@ def test_collage_pooling_weights_of_a_gsp_layer_in_its_warmup_are_uniform(collag
 
 
 def test_pooling_entropy_known_answers():
-    from dmlkit.studies.collage import pooling_entropy
+    from dmlkit_lab.studies.collage import pooling_entropy
 
     assert pooling_entropy(torch.tensor([[1.0, 0.0, 0.0, 0.0]])) == pytest.approx(0.0)
     assert pooling_entropy(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.25] * 4])) == pytest.approx((math.log(2) + math.log(4)) / 2)
@@ -350,7 +350,7 @@ def test_pooling_entropy_known_answers():
 
 
 def test_collage_paired_differences_pair_by_seed():
-    from dmlkit.studies.collage import paired_differences
+    from dmlkit_lab.studies.collage import paired_differences
 
     runs = [{"variant": v, "seed": s, "test_map_at_r": m, "test_precision_at_1": p}
             for v, s, m, p in [("gap", 0, 0.5, 0.7), ("gap", 1, 0.4, 0.6), ("gsp", 1, 0.45, 0.5), ("gsp", 0, 0.3, 0.9),

@@ -1,4 +1,4 @@
-"""The unbalanced-training study of the SFT paper (dmlkit.studies.sft_unbalanced): split, schemes, end to end."""
+"""The unbalanced-training study of the SFT paper (dmlkit_lab.studies.sft_unbalanced): split, schemes, end to end."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch import nn
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
 from dmlkit.cli import main as cli_main
-from dmlkit.studies.sft_unbalanced import (
+from dmlkit_lab.studies.sft_unbalanced import (
     UnbalancedStudyConfig,
     build_objective,
     class_scores,
@@ -181,7 +181,7 @@ def _weights_file(tmp_path, seed: int = 3, in_channels: int = 3):
 def test_testbed_preset_fine_tunes_the_pretrained_backbone_at_three_rates(tmp_path) -> None:
     """The backbone starts from the given weights; backbone / new layers / classifier at 1e-4 / 1e-3 / 1e-2."""
     from dmlkit.losses import create_loss
-    from dmlkit.studies.sft_unbalanced import _model_config, _parameter_groups, build_embedder
+    from dmlkit_lab.studies.sft_unbalanced import _model_config, _parameter_groups, build_embedder
 
     path, state = _weights_file(tmp_path)
     cfg = UnbalancedStudyConfig.testbed(pretrained=str(path))
@@ -215,7 +215,7 @@ def test_testbed_cli_runs_on_the_dml_classes(tmp_path) -> None:
 
 def test_class_balanced_sampling_draws_every_class_equally_often() -> None:
     """Head classes (10 images) and tail classes (2): uniform draws favour a head class 5 : 1, class-balanced 1 : 1."""
-    from dmlkit.studies.sft_unbalanced_split import training_batches
+    from dmlkit_lab.studies.sft_unbalanced_split import training_batches
 
     split = make_unbalanced_split(_labels(SIZES), 4, 4, 10, 2, 12, seed=0)
     draws = {}

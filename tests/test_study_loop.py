@@ -1,4 +1,4 @@
-"""The studies' one bare training loop (dmlkit.studies.loop): step order, step count, schedule, bad losses."""
+"""The studies' one bare training loop (dmlkit_lab.studies.loop): step order, step count, schedule, bad losses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from dmlkit.studies.loop import StepsDone, cosine_to_zero, study_adam, train_steps
+from dmlkit_lab.studies.loop import StepsDone, cosine_to_zero, study_adam, train_steps
 
 
 def test_steps_count_from_first_step_and_call_the_hooks_in_order() -> None:

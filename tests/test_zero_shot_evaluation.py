@@ -52,7 +52,7 @@ def test_bad_input():
 def test_the_study_evaluates_a_finished_gsp_run(tmp_path):
     from dmlkit.assemble import build_trainer, load_finished_run
     from dmlkit.config import load_config
-    from dmlkit.studies.gsp_zero_shot import attributes_and_embeddings, main
+    from dmlkit_lab.studies.gsp_zero_shot import attributes_and_embeddings, main
     from tests_helpers import TINY_OVERRIDES
 
     cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + [

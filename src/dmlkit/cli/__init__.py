@@ -7,9 +7,12 @@
 - ``tune``: ``tune`` (a hyperparameter study on Optuna);
 - ``data``: ``data list`` / ``data prepare`` / ``data draws``;
 - ``search``: ``embed``, ``index build``, ``search``, ``export``, ``serve``;
-- ``tools``: ``bench`` (benchmarks of a source checkout), ``study`` (controlled studies).
+- ``tools``: ``bench`` (benchmarks of a source checkout).
 
-Options several commands share are written once in ``options``. Heavy imports (torch, Lightning) happen
+Installed packages add commands as entry points of the group ``dmlkit.commands`` (``COMMAND_GROUP``): each names
+an ``(help, add_arguments, run)`` tuple, optionally with a fourth item, the command it is listed after in
+``dmlkit --help`` (else it comes last). The lab's ``study`` and ``geometry`` come this way (``dmlkit_lab.commands``),
+so the library names no lab module. Options several commands share are written once in ``options``. Heavy imports (torch, Lightning) happen
 inside the commands so that ``dmlkit --help`` answers at once. ``ValueError`` and ``FileNotFoundError`` end
 a command with its message and exit code 2, a non-finite run with 3.
 """
@@ -17,28 +20,53 @@ a command with its message and exit code 2, a non-finite run with 3.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import warnings
 from typing import Any, Callable
 
 from dmlkit.cli import data, search, tables, tools, training, tune
-from dmlkit.cli.tools import BENCHMARKS, STUDIES
+from dmlkit.cli.tools import BENCHMARKS
 from dmlkit.cli.training import print_summary
 from dmlkit.interrupts import RunsInterrupted
 
-__all__ = ["BENCHMARKS", "COMMANDS", "STUDIES", "main", "print_summary"]
+__all__ = ["BENCHMARKS", "COMMANDS", "COMMAND_GROUP", "all_commands", "main", "print_summary"]
 
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
+COMMAND_GROUP = "dmlkit.commands"
 
 #: Every sub-command in the order ``dmlkit --help`` lists them.
 COMMANDS: dict[str, Command] = {**training.COMMANDS, **tables.COMMANDS, **tune.COMMANDS, **data.COMMANDS, **tables.LATER, **search.COMMANDS,
                                 **tools.COMMANDS}
 
 
+@functools.cache
+def all_commands() -> dict[str, Command]:
+    """``COMMANDS`` with the commands of installed packages (``dmlkit.commands`` entry points) in their places."""
+    from importlib.metadata import entry_points
+
+    names = list(COMMANDS)
+    found: dict[str, Command] = dict(COMMANDS)
+    for point in entry_points(group=COMMAND_GROUP):
+        try:
+            entry = tuple(point.load())
+        except Exception as err:
+            warnings.warn(f"the dmlkit command '{point.name}' ({point.value}) of an installed package failed to load "
+                          f"({type(err).__name__}: {err}); fix or uninstall that package", stacklevel=2)
+            continue
+        if point.name in found or len(entry) not in (3, 4):
+            raise ValueError(f"the dmlkit command '{point.name}' ({point.value}) is defined twice or is not a "
+                             "(help, add_arguments, run[, after]) tuple")
+        found[point.name] = entry[:3]
+        after = entry[3] if len(entry) == 4 else None
+        names.insert(names.index(after) + 1 if after in names else len(names), point.name)
+    return {name: found[name] for name in names}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dmlkit", description="Deep metric learning: train, evaluate, benchmark.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, (help_text, add_arguments, _) in COMMANDS.items():
+    for name, (help_text, add_arguments, _) in all_commands().items():
         add_arguments(sub.add_parser(name, help=help_text))
     return parser
 
@@ -60,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        return COMMANDS[args.command][2](args)
+        return all_commands()[args.command][2](args)
     except (ValueError, FileNotFoundError) as err:
         print(f"dmlkit {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""``dmlkit bench`` and ``dmlkit study``: benchmarks of a source checkout and the controlled studies."""
+"""``dmlkit bench``: the benchmarks of a source checkout (the lab's ``dmlkit study`` is ``dmlkit_lab.commands``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["BENCHMARKS", "COMMANDS", "STUDIES"]
+__all__ = ["BENCHMARKS", "COMMANDS"]
 
 # Benchmarks: name -> module of the top-level ``benchmarks/`` folder of a source checkout (``dmlkit bench NAME ARGS``).
 BENCHMARKS = {
@@ -14,26 +14,11 @@ BENCHMARKS = {
     for name in ("retrieval", "retrieval_large", "retrieval_sharded", "retrieval_tradeoff", "clustering_large", "fastap", "miner", "triplet", "sft", "ccp", "gsp", "data", "search", "ddp", "train", "tune", "device_check")
 }
 
-# Controlled studies: name -> module with main(argv) -> int (``dmlkit study NAME ARGS``).
-STUDIES = {
-    "sft-unbalanced": "dmlkit.studies.sft_unbalanced_cli",
-    "gsp-synthetic": "dmlkit.studies.gsp_synthetic_cli",
-    "collage": "dmlkit.studies.collage",
-    "pcc": "dmlkit.studies.pcc",
-    "gsp-zero-shot": "dmlkit.studies.gsp_zero_shot",
-}
-
 
 def _bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.description = f"benchmarks: {', '.join(BENCHMARKS)}"
     bench.add_argument("name", choices=sorted(BENCHMARKS))
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the benchmark")
-
-
-def _study_arguments(study: argparse.ArgumentParser) -> None:
-    study.description = f"studies: {', '.join(STUDIES)}"
-    study.add_argument("name", choices=sorted(STUDIES))
-    study.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the study (e.g. --out DIR)")
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -53,13 +38,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return module.main(args.args) or 0
 
 
-def _cmd_study(args: argparse.Namespace) -> int:
-    import importlib
-
-    return importlib.import_module(STUDIES[args.name]).main(args.args) or 0
-
-
 COMMANDS = {
     "bench": ("run a benchmark", _bench_arguments, _cmd_bench),
-    "study": ("run a controlled study, write its table", _study_arguments, _cmd_study),
 }

@@ -1,7 +1,7 @@
 """The hyper-parameters of GSP's synthetic study (thesis Sec. 5.3.1): the thesis' values and ours.
 
 Where each value comes from (the thesis, the author's code, or our choice) is in the docstring of
-``dmlkit.studies.gsp_synthetic``.
+``dmlkit_lab.studies.gsp_synthetic``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ __all__ = ["SyntheticStudyConfig"]
 
 @dataclass
 class SyntheticStudyConfig:
-    """Hyper-parameters of the synthetic study (their sources: the docstring of ``dmlkit.studies.gsp_synthetic``)."""
+    """Hyper-parameters of the synthetic study (their sources: the docstring of ``dmlkit_lab.studies.gsp_synthetic``)."""
 
     spec: TokenSpec = field(default_factory=TokenSpec)
     token_dim: int = 2

@@ -52,7 +52,7 @@ The study's parts: ``gsp_synthetic_config`` (the hyper-parameters), ``gsp_synthe
 and its pooling), ``loop`` (the bare training loop it shares with ``sft_unbalanced``), ``tables``
 (``table.md``), ``gsp_synthetic_plot`` (``embedding_space.png``) and ``gsp_synthetic_cli`` (the command line).
 
-Run: ``dmlkit study gsp-synthetic --out DIR`` or ``python -m dmlkit.studies.gsp_synthetic_cli --out DIR``.
+Run: ``dmlkit study gsp-synthetic --out DIR`` or ``python -m dmlkit_lab.studies.gsp_synthetic_cli --out DIR``.
 """
 
 from __future__ import annotations
@@ -72,11 +72,11 @@ from dmlkit.data.seeding import make_generator
 from dmlkit.evaluation import retrieval_metrics
 from dmlkit.losses import create_loss
 from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
-from dmlkit.studies.gsp_synthetic_config import SyntheticStudyConfig
-from dmlkit.studies.gsp_synthetic_model import TokenBagModel
-from dmlkit.studies.gsp_synthetic_plot import plot_embedding_space
-from dmlkit.studies.loop import study_adam, train_steps
-from dmlkit.studies.tables import gsp_synthetic_table
+from dmlkit_lab.studies.gsp_synthetic_config import SyntheticStudyConfig
+from dmlkit_lab.studies.gsp_synthetic_model import TokenBagModel
+from dmlkit_lab.studies.gsp_synthetic_plot import plot_embedding_space
+from dmlkit_lab.studies.loop import study_adam, train_steps
+from dmlkit_lab.studies.tables import gsp_synthetic_table
 
 __all__ = ["SyntheticStudyConfig", "TokenBagModel", "VARIANTS", "run_study", "train_variant"]
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from dmlkit.data.datasets.synthetic import TokenSpec
 from dmlkit.pooling.gsp import GSP
-from dmlkit.studies.gsp_synthetic_config import SyntheticStudyConfig
+from dmlkit_lab.studies.gsp_synthetic_config import SyntheticStudyConfig
 
 __all__ = ["TokenBagModel"]
 

@@ -48,7 +48,7 @@ the batches), ``loop`` (the bare training loop it shares with ``gsp_synthetic``)
 and ``sft_unbalanced_cli`` (the command line).
 
 Run: ``dmlkit study sft-unbalanced --out DIR`` or
-``python -m dmlkit.studies.sft_unbalanced_cli --out DIR --seeds 0 1 2 --steps N``.
+``python -m dmlkit_lab.studies.sft_unbalanced_cli --out DIR --seeds 0 1 2 --steps N``.
 """
 
 from __future__ import annotations
@@ -71,16 +71,16 @@ from dmlkit.engine.config import TrainConfig
 from dmlkit.engine.optim import parameter_groups
 from dmlkit.losses import create_loss
 from dmlkit.models import ModelConfig, build_embedder
-from dmlkit.studies.loop import cosine_to_zero, study_adam, train_steps
-from dmlkit.studies.sft_unbalanced_config import UnbalancedStudyConfig
-from dmlkit.studies.sft_unbalanced_split import (
+from dmlkit_lab.studies.loop import cosine_to_zero, study_adam, train_steps
+from dmlkit_lab.studies.sft_unbalanced_config import UnbalancedStudyConfig
+from dmlkit_lab.studies.sft_unbalanced_split import (
     AUGMENTER_TAG,
     INIT_TAG,
     UnbalancedSplit,
     make_unbalanced_split,
     training_batches,
 )
-from dmlkit.studies.tables import sft_unbalanced_table
+from dmlkit_lab.studies.tables import sft_unbalanced_table
 
 __all__ = [
     "METHODS",

@@ -9,6 +9,6 @@
 ``sft_unbalanced`` train small models with no run folder, in the one bare loop of ``loop``, and write their
 ``table.md`` with ``tables``; their command lines are ``gsp_synthetic_cli`` and ``sft_unbalanced_cli``.
 
-Run them as ``dmlkit study NAME --out DIR``, or ``python -m dmlkit.studies.MODULE --out DIR`` with MODULE the
+Run them as ``dmlkit study NAME --out DIR``, or ``python -m dmlkit_lab.studies.MODULE --out DIR`` with MODULE the
 module that has ``main`` (``collage``, ``pcc``, ``gsp_zero_shot``, ``gsp_synthetic_cli``, ``sft_unbalanced_cli``).
 """

@@ -15,7 +15,7 @@ for several ``k``.
 Written to ``--out``: ``table.md``, ``results.json`` and ``pcc_error.png``
 (per-image error against k, with the covering radius).
 
-Run: ``dmlkit study pcc --out DIR [--run RUN_DIR]`` or ``python -m dmlkit.studies.pcc --out DIR``.
+Run: ``dmlkit study pcc --out DIR [--run RUN_DIR]`` or ``python -m dmlkit_lab.studies.pcc --out DIR``.
 """
 
 from __future__ import annotations

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from dmlkit.protocols.table import format_mean_std, markdown_grid, mean_std
-from dmlkit.studies.paired_runs import paired_differences
+from dmlkit_lab.studies.paired_runs import paired_differences
 
 if TYPE_CHECKING:
-    from dmlkit.studies.gsp_synthetic_config import SyntheticStudyConfig
-    from dmlkit.studies.sft_unbalanced_config import UnbalancedStudyConfig
-    from dmlkit.studies.sft_unbalanced_split import UnbalancedSplit
+    from dmlkit_lab.studies.gsp_synthetic_config import SyntheticStudyConfig
+    from dmlkit_lab.studies.sft_unbalanced_config import UnbalancedStudyConfig
+    from dmlkit_lab.studies.sft_unbalanced_split import UnbalancedSplit
 
 __all__ = ["gsp_synthetic_table", "sft_unbalanced_table"]
 

@@ -1,6 +1,6 @@
 """The hyper-parameters of the SFT unbalanced-training study: the glyphs miniature's defaults, the testbed preset.
 
-The choices behind the defaults are in the docstring of ``dmlkit.studies.sft_unbalanced``; the preset's in
+The choices behind the defaults are in the docstring of ``dmlkit_lab.studies.sft_unbalanced``; the preset's in
 ``UnbalancedStudyConfig.testbed`` and ``docs/results/sft_unbalanced.md``.
 """
 
@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dmlkit.studies.sft_unbalanced_split import SAMPLINGS, positive_int
+from dmlkit_lab.studies.sft_unbalanced_split import SAMPLINGS, positive_int
 from dmlkit.validation import is_real
 
 __all__ = ["UnbalancedStudyConfig"]
@@ -18,7 +18,7 @@ __all__ = ["UnbalancedStudyConfig"]
 
 @dataclass
 class UnbalancedStudyConfig:
-    """Hyper-parameters of the study (see the docstring of ``dmlkit.studies.sft_unbalanced`` for the choices)."""
+    """Hyper-parameters of the study (see the docstring of ``dmlkit_lab.studies.sft_unbalanced`` for the choices)."""
 
     dataset: str = "glyphs"
     split: str = "train"

@@ -1,9 +1,9 @@
 """The command line of the SFT unbalanced-training study: ``dmlkit study sft-unbalanced``.
 
 Arguments to an ``UnbalancedStudyConfig`` (the defaults, or the testbed preset with ``--testbed``), then
-``dmlkit.studies.sft_unbalanced.run_study``; prints the written ``table.md``.
+``dmlkit_lab.studies.sft_unbalanced.run_study``; prints the written ``table.md``.
 
-Run: ``dmlkit study sft-unbalanced --out DIR`` or ``python -m dmlkit.studies.sft_unbalanced_cli --out DIR``.
+Run: ``dmlkit study sft-unbalanced --out DIR`` or ``python -m dmlkit_lab.studies.sft_unbalanced_cli --out DIR``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import dataclasses
 from pathlib import Path
 from typing import Sequence
 
-from dmlkit.studies import sft_unbalanced
-from dmlkit.studies.sft_unbalanced_config import UnbalancedStudyConfig
+from dmlkit_lab.studies import sft_unbalanced
+from dmlkit_lab.studies.sft_unbalanced_config import UnbalancedStudyConfig
 
 __all__ = ["config_from_args", "main", "parser"]
 

@@ -36,7 +36,7 @@ with the per-location GSP weights ``sum_i pi_ij / mu`` = ``(1/n - rho_j)/mu`` of
 Eq. 5.2.1 overlaid, first seed) and one run folder per variant and seed under
 ``runs/`` (finished runs are reused; ``--jobs N`` trains N at a time).
 
-Run: ``dmlkit study collage --out DIR`` or ``python -m dmlkit.studies.collage --out DIR``.
+Run: ``dmlkit study collage --out DIR`` or ``python -m dmlkit_lab.studies.collage --out DIR``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from torch import nn
 from dmlkit.config import load_config
 from dmlkit_lab.datasets.collage import CLASS_POOLS
 from dmlkit.pooling.gsp_diagnostics import weight_entropy
-from dmlkit.studies.paired_runs import paired_differences
+from dmlkit_lab.studies.paired_runs import paired_differences
 
 __all__ = [
     "BACKBONES", "DEFAULT_VARIANTS", "foreground_share", "main", "pooling_entropy", "pooling_weights",

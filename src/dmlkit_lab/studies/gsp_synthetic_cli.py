@@ -1,9 +1,9 @@
 """The command line of GSP's synthetic study: ``dmlkit study gsp-synthetic``.
 
-Arguments to a ``SyntheticStudyConfig``, then ``dmlkit.studies.gsp_synthetic.run_study``; prints the written
+Arguments to a ``SyntheticStudyConfig``, then ``dmlkit_lab.studies.gsp_synthetic.run_study``; prints the written
 ``table.md``.
 
-Run: ``dmlkit study gsp-synthetic --out DIR`` or ``python -m dmlkit.studies.gsp_synthetic_cli --out DIR``.
+Run: ``dmlkit study gsp-synthetic --out DIR`` or ``python -m dmlkit_lab.studies.gsp_synthetic_cli --out DIR``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Sequence
 
 from dmlkit.pooling.gsp_costs import COST_NORMALIZATIONS
 from dmlkit.pooling.gsp_prototypes import PROTOTYPE_INITS
-from dmlkit.studies import gsp_synthetic
-from dmlkit.studies.gsp_synthetic_config import SyntheticStudyConfig
+from dmlkit_lab.studies import gsp_synthetic
+from dmlkit_lab.studies.gsp_synthetic_config import SyntheticStudyConfig
 
 __all__ = ["config_from_args", "main", "parser"]
 
