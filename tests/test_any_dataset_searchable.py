@@ -1,4 +1,4 @@
-"""A run trained on any dataset can be embedded, indexed, searched and exported (issue 30 item 0).
+"""A run trained on any dataset can be embedded, indexed, searched and exported.
 
 For one dataset of each eval-transform family (the benchmarks' resize + centre crop with the draft decode,
 the in-memory datasets' interpolation, grey and RGB image folders) a run trains 2 steps on a miniature

@@ -1,4 +1,4 @@
-"""Approximate evaluation: parameters from the data size, search tuned to a recall, saved indexes checked (issue 22)."""
+"""Approximate evaluation: parameters from the data size, search tuned to a recall, saved indexes checked."""
 
 from __future__ import annotations
 

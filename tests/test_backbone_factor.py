@@ -1,4 +1,4 @@
-"""The pretrained backbone as a factor of paired tables (issue 29): seeded recipe names, pooled verdicts.
+"""The pretrained backbone as a factor of paired tables: seeded recipe names, pooled verdicts.
 
 ``dmlkit protocol --backbones`` runs every config x seed on each backbone and pools the per-seed paired
 differences over them; the pooled figures are checked against a hand computation from the runs' own

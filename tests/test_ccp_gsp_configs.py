@@ -1,7 +1,7 @@
 """CCP + GSP + the zero-shot loss (thesis Table 5.1, row C1+CCP+GSP) starts: its four paper configs build.
 
-Before the methods became plug-ins the objective of these configs lacked the projection term and
-the runs failed at start-up (fidelity review C13). The configs are built on miniatures of their
+These configs put CCP's proxies and projection term, GSP and the zero-shot term into one objective, so
+they start only when every method plugs into the run. The configs are built on miniatures of their
 datasets (ResNet-20 in place of the ImageNet backbone, small proxies), without training.
 """
 

@@ -1,4 +1,4 @@
-"""Clustering metrics at scale: k-means on a sample, assignment streamed within a budget (issue 22, item 4)."""
+"""Clustering metrics at scale: k-means on a sample, assignment streamed within a budget."""
 
 from __future__ import annotations
 

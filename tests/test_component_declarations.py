@@ -1,4 +1,4 @@
-"""What a component declares is asked of it, not derived from its name (issue 31 item 6): a loss registered
+"""What a component declares is asked of it, not derived from its name: a loss registered
 with ``takes_miner=True`` gets the config's miner as its own parameters (as ``xbm`` does), and a pooling class
 that declares ``reports_selection_entropy`` gets the GSP diagnostics (as ``gsp`` and ``gsp_gmp`` do). The toy
 components are registered by the tests and removed after them."""

@@ -1,4 +1,4 @@
-"""Two gloo processes under torchrun that fail as users' do (issue 30 item 7): one process killed mid-step, and a
+"""Two gloo processes under torchrun that fail as users' do: one process killed mid-step, and a
 checkpoint write that fails for lack of disk space on rank 0. The survivor stops at once with an error that says
 what happened and how to resume, torchrun names the rank that died, nothing already written is corrupted, and
 ``--resume`` with two processes reaches the uninterrupted run's result."""

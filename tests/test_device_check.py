@@ -1,5 +1,5 @@
 """The device check script in its CPU mode (``scripts/device_check.sh --cpu``): every section runs and
-reports, so that on a lent GPU machine the script cannot fail for a trivial reason (issue 30 item 6)."""
+reports, so that on a lent GPU machine the script cannot fail for a trivial reason."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every dataset states its eval transform (issue 30 item 0): an image file preprocessed with
+"""Every dataset states its eval transform: an image file preprocessed with
 ``eval_preprocess`` is, bit for bit, the tensor the dataset itself feeds its evaluation.
 
 Datasets with files on disk are checked on their own files (miniature copies in the official layouts);

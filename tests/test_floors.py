@@ -1,4 +1,4 @@
-"""Floor rows (issue 17): raw pixels and the untrained model on a split, as rows of the protocol tables."""
+"""Floor rows: raw pixels and the untrained model on a split, as rows of the protocol tables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""font_glyphs (issue 32): the cmap rule, the near-duplicate rule, DML-side disjoint splits, the cache key, the
+"""font_glyphs: the cmap rule, the near-duplicate rule, DML-side disjoint splits, the cache key, the
 missing-package error. Miniature font sets: faces copied from matplotlib's own fonts into a tmp folder."""
 
 from __future__ import annotations

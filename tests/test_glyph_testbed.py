@@ -1,4 +1,4 @@
-"""glyphs_testbed (issue 17): pretraining classes apart from DML classes; DML train / val / test share a domain."""
+"""glyphs_testbed: pretraining classes apart from DML classes; DML train / val / test share a domain."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def test_keep_distinct_drops_near_copies_within_a_class_only():
 
 
 def test_no_query_has_a_free_match(heldout):
-    """The worry of issue 17: raw pixels found a pixel-identical twin for 60.8% of the test queries."""
+    """No test query has a pixel-identical twin among the references (raw pixels once found one for 60.8%)."""
     x = heldout.images.reshape(len(heldout), -1).float()
     for c in range(0, heldout.num_classes, 97):
         rows = torch.nonzero(heldout.labels == c).flatten()

@@ -1,5 +1,5 @@
 """Every registered loss (with its default miner) and every pooling under CPU autocast, bf16 and fp16
-(issue 30 item 3), on the papers' batch shape: 180 embeddings of 512 dimensions, 60 classes x 3, with
+on the papers' batch shape: 180 embeddings of 512 dimensions, 60 classes x 3, with
 classes that overlap (centres at 0.35 of the noise).
 
 The value and the gradient with respect to the embeddings (or the local features) must be finite and

@@ -52,7 +52,7 @@ REQUIRED_LOSSES = [
     "xbm",
 ]
 
-# The documented defaults (thesis = seed 003, Sec. 3.3.2.1, CUB column where per-dataset).
+# The documented defaults (the thesis, Sec. 3.3.2.1, CUB column where per-dataset).
 DOCUMENTED_DEFAULTS = {
     "ce_weak": {"output": "softmax", "eps": 1e-7},  # CE' of the classification-baseline supplement
     "ce_metric": {"output": "softmax", "a": 0.0, "b": 0.8, "p": 0.5, "allow_non_metric": False},  # b/(1+a) <= 2^(p+1) - 2^(2p)

@@ -123,7 +123,7 @@ def test_methods_that_would_fight_over_the_loop_are_refused(monkeypatch):
     ("testbed_translation", "testbed", "translation"), ("testbed_npair_sft", "testbed_npair", "sft"),
 ])
 def test_testbed_sft_configs_change_only_the_augmentation(name, baseline, transform):
-    """Issue 18's measurement: each variant is its baseline plus the faithful methods.sft section (lam 0.2 as the paper)."""
+    """The testbed's SFT measurement: each variant is its baseline plus the faithful methods.sft section (lam 0.2 as the paper)."""
     import dataclasses
 
     cfg = load_config(f"configs/testbed/{name}.yaml")

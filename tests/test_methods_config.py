@@ -1,5 +1,5 @@
-"""The ``methods:`` section (issue 31 item 2): one sub-section per method with one "is it on" rule, and the old
-keys (``augment:``, ``ccp:``, ``loss.zero_shot_*``, ``train.warmup_steps``) still read, with a FutureWarning."""
+"""The ``methods:`` section: one sub-section per method with one "is it on" rule, and the keys of stored run
+records (``augment:``, ``ccp:``, ``loss.zero_shot_*``, ``train.warmup_steps``) still read, with a FutureWarning."""
 
 import json
 import warnings

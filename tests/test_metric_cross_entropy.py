@@ -1,4 +1,4 @@
-"""CE' / CE'' (seed 002): (weak) metric properties, parameter checks, training module, Lemma 3-4 bounds."""
+"""CE' / CE'' (classification-baseline paper): (weak) metric properties, parameter checks, training module, Lemma 3-4 bounds."""
 
 from __future__ import annotations
 

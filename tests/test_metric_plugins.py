@@ -1,4 +1,4 @@
-"""A retrieval metric registered from outside the library reaches every evaluation path (issue 31 item 1).
+"""A retrieval metric registered from outside the library reaches every evaluation path.
 
 Two toy metrics, registered from this test and removed after it: mean reciprocal rank (one value) and the
 precision among the k nearest (one value per k). Each is checked against a brute-force ranking of tiny data, in

@@ -1,4 +1,4 @@
-"""What a newcomer runs first (issue 33): re-running a saved config, scoring the validation split again,
+"""What a newcomer runs first: re-running a saved config, scoring the validation split again,
 naming a run folder that is not there."""
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ def test_registry_npair_takes_ref_emb() -> None:
 
 def test_sft_joint_scoring_with_npair_against_brute_force() -> None:
     """Identity transform (all centres equal): X_gen = X with labels 1 - Y; the generated anchors are scored
-    against [X; X_gen] without each anchor's pair with itself (issue 18: joint scoring for N-pair)."""
+    against [X; X_gen] without each anchor's pair with itself (joint scoring for N-pair)."""
     n = 4
     x, y = unit(2 * n, d=8, seed=5), torch.arange(2).repeat(n)
     aug = FeatureAugmentedLoss(create_loss("npair"), FeatureGenerator(2, 8), lam=1.0, score="joint").double()

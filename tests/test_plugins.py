@@ -1,4 +1,4 @@
-"""Components registered from the user's own code reach the command line (issue 33 item 1): a config's
+"""Components registered from the user's own code reach the command line: a config's
 ``imports`` (or ``dmlkit train --import``) imports them first, and the saved config brings them back for
 ``evaluate`` and ``gallery`` in a fresh process, from another folder."""
 

@@ -1,4 +1,4 @@
-"""Named pretrained backbones (issue 17): built once, cached by key, checked, never used stale or corrupt.
+"""Named pretrained backbones: built once, cached by key, checked, never used stale or corrupt.
 
 A tiny recipe (24 pretraining classes, 2 steps of 8 images) is trained once per module; each test
 copies its entry into its own ``$DMLKIT_CACHE``.

@@ -1,4 +1,4 @@
-"""``methods.sft.init_centers: data`` (issue 18): before the first step every class centre is its training images' mean.
+"""``methods.sft.init_centers: data``: before the first step every class centre is its training images' mean.
 
 Checked against brute force (one image at a time, eval mode, in the space the centres live in), on
 one process and on two gloo processes (every rank ends with the same centres); a resumed run keeps
@@ -248,7 +248,7 @@ def test_none_trains_exactly_as_before_the_option(tmp_path, monkeypatch):
         load_config("configs/quickstart.yaml", QUICK + ["train.max_steps=4", "train.val_every=4", *extra]),
         tmp_path / name, quiet=True).fit()
     run("none", "methods.sft.init_centers=none")
-    with monkeypatch.context() as m:  # the hooks of SFT before issue 18's init_centers: the statistics only
+    with monkeypatch.context() as m:  # SFT's hooks without init_centers: the statistics only
         m.setattr(SFT, "callbacks", lambda self: [SFTStats(self.generated)])
         run("before")
     a, b = load_checkpoint(tmp_path / "none" / "last.pt"), load_checkpoint(tmp_path / "before" / "last.pt")

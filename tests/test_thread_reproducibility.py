@@ -1,10 +1,10 @@
-"""Pretraining and fine-tuning give the same weights bit for bit from shells with 1 and with 2 threads (issue 29),
-and the CPU's kernels are keyed apart because they do not (issue 32).
+"""Pretraining and fine-tuning give the same weights bit for bit from shells with 1 and with 2 threads,
+and the CPU's kernels are keyed apart because they do not.
 
 A short pretraining recipe is trained in fresh processes whose ``OMP_NUM_THREADS`` differ. With
 ``train.threads`` pinned (what every shipped recipe and testbed config does) the backbones are identical;
 the control, the same recipe with ``train.threads: null``, shows whether the shell's thread count changes the
-weights on this CPU (it did on the machines of issue 29; on an AMD Zen 3 with AVX2 kernels it does not, and the
+weights on this CPU (it does on some machines; on an AMD Zen 3 with AVX2 kernels it does not, and the
 control is skipped with that reason), so the pinned comparison is not read as proof where it shows nothing. A process whose ATen kernels are forced to
 another instruction set (``ATEN_CPU_CAPABILITY=default``, what an older CPU runs) ends on other weights, records
 that instruction set, and caches them under another file name than this machine's kernels.

@@ -1,4 +1,4 @@
-"""The real timm backbones at the papers' image sizes (issue 30 items 1 and 2; marked ``timm``).
+"""The real timm backbones at the papers' image sizes (marked ``timm``).
 
 For each dataset loader x backbone family that ``configs/paper`` uses, one paper config trains 2 steps with the
 real timm model (``model.pretrained: false``, nothing downloaded) on a miniature of the dataset in its exact
