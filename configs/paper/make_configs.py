@@ -1,19 +1,25 @@
 """Write the paper-table configs of ``configs/paper/`` (one YAML per table row and dataset).
 
-Run ``python configs/paper/make_configs.py`` after changing a value here; the
-YAML files are the interface, this script only keeps their many rows
-consistent. Sources (``/work/shared/seeds``, see ``configs/paper/README.md``):
+Run ``python configs/paper/make_configs.py [--papers DIR]`` after changing a value here; the
+YAML files are the interface, this script only keeps their many rows consistent. The values
+are typed in below from these sources (see ``configs/paper/README.md``):
 
-- thesis Table 3.1 (fair protocol, Sec. 3.3.2.1 hyper-parameters),
+- thesis Table 3.1 (fair protocol, Sec. 3.3.2.1 hyper-parameters), Gurbuz, *Novel Optimization
+  Models to Generalize Deep Metric Learning* (METU 2022),
 - thesis Table 5.1 (GSP; fair protocol, Sec. 5.3.4.1 hyper-parameters),
-- SFT paper Tables 1 and 3 (conventional protocol, Sec. 4 implementation details),
-- FastAP supplement Table 3 (GoogLeNet / ResNet-18 / ResNet-50 rows).
+- SFT paper Tables 1 and 3 (conventional protocol, Sec. 4 implementation details), Zhu, Bai, Wei,
+  *Spherical Feature Transform for Deep Metric Learning* (ECCV 2020),
+- FastAP supplement Table 3 (GoogLeNet / ResNet-18 / ResNet-50 rows), Cakir et al., *Deep Metric
+  Learning to Rank* (CVPR 2019).
 
-Every value that the seeds do not state is marked ``# assumed`` in the YAML.
+``--papers DIR`` names the folder where you keep these documents: it is checked to exist and
+printed with the result, so a regenerated set records where its values were checked. Every value
+that the papers do not state is marked ``# assumed`` in the YAML.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -451,8 +457,21 @@ def fastap_configs() -> int:
     return count
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Write the paper-table configs of configs/paper/.")
+    parser.add_argument("--papers", metavar="DIR", default=None,
+                        help="folder holding the source papers the values were read from (checked, then printed)")
+    args = parser.parse_args(argv)
+    if args.papers is not None and not Path(args.papers).is_dir():
+        parser.error(f"--papers {args.papers}: no such folder")
     for old in HERE.glob("*.yaml"):
         old.unlink()
     n = thesis_configs() + thesis51_configs() + sft_configs() + fastap_configs()
     print(f"wrote {n} configs to {HERE}")
+    if args.papers is not None:
+        print(f"values as read from the papers in {Path(args.papers).resolve()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
