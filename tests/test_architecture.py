@@ -1,6 +1,7 @@
 """The import graph of ``src/dmlkit`` against the layers of docs/architecture.md ("which way imports point"):
-no cycles (type-only and function-level imports included), the layer rules hold, and importing a low layer
-does not load a higher one.
+no cycles (type-only and function-level imports included), the layer rules hold, importing a low layer
+does not load a higher one, and the library never imports the lab (``src/dmlkit_lab``), which reaches it only
+through the plug-in entry points.
 
 Two readings, because each misses what the other sees:
 
@@ -28,7 +29,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "dmlkit"
 
 COMPONENTS = ("models", "losses", "pooling", "augment", "proxies", "data", "evaluation", "distributed")
-TOOL_LAYERS = ("methods", "engine", "assemble", "protocols", "cli", "studies", "report", "search", "serve", "pretrain")
+TOOL_LAYERS = ("methods", "engine", "assemble", "protocols", "cli", "report", "search", "serve", "pretrain")
 
 
 def module_name(path: Path) -> str:
@@ -156,11 +157,11 @@ def test_components_import_no_tool_layer():
 
 @pytest.mark.parametrize("lower, higher", [
     ("engine", ("methods", "assemble", "config", "protocols", "cli", "models", "losses", "augment", "proxies", "pooling")),
-    ("methods", ("assemble", "protocols", "cli", "report", "search", "serve", "studies", "pretrain")),
-    ("assemble", ("pretrain", "protocols", "cli", "report", "search", "serve", "studies")),
+    ("methods", ("assemble", "protocols", "cli", "report", "search", "serve", "pretrain")),
+    ("assemble", ("pretrain", "protocols", "cli", "report", "search", "serve")),
     ("evaluation", ("augment", "losses", "proxies", "engine", "methods", "models")),
     ("data", ("models",)),
-    ("config", ("methods", "assemble", "protocols", "cli", "report", "search", "serve", "studies", "pretrain")),
+    ("config", ("methods", "assemble", "protocols", "cli", "report", "search", "serve", "pretrain")),
 ])
 def test_layers_point_down(lower, higher):
     assert violations({lower: higher}) == []
@@ -198,3 +199,63 @@ def test_reading_a_config_loads_no_method_no_loop_and_no_loss():
 
 def test_the_models_load_no_dataset():
     assert [m for m in loaded_by("dmlkit.models") if m.startswith("dmlkit.data.datasets")] == []
+
+
+# --------------------------------------------------------------------------- the library and the lab
+
+LAB = "dmlkit_lab"
+
+
+def lab_imports_in(source: str) -> list[str]:
+    """Where ``source`` reaches the lab: every ``import`` / ``from ... import`` of ``dmlkit_lab`` wherever it stands
+    (top level, in a function, under ``TYPE_CHECKING``), and every ``importlib.import_module`` / ``__import__``
+    of a string naming it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] if not node.level else []
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            names = [node.args[0].value] if called in ("import_module", "__import__") else []
+        else:
+            continue
+        found += [f"line {node.lineno}: {n}" for n in names if isinstance(n, str) and (n == LAB or n.startswith(LAB + "."))]
+    return found
+
+
+def test_the_lab_reader_sees_every_way_to_import_the_lab():
+    source = textwrap.dedent("""
+        import dmlkit_lab
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from dmlkit_lab.datasets import FontGlyphsDataset
+        def later():
+            import dmlkit_lab.studies.pcc as pcc
+            import importlib
+            return importlib.import_module("dmlkit_lab.recipes"), __import__("dmlkit_lab")
+        from dmlkit.data import DATASETS  # the library: fine
+        from . import dmlkit_lab_like  # relative: inside dmlkit
+    """)
+    assert [f.split(": ")[1] for f in lab_imports_in(source)] == [
+        "dmlkit_lab", "dmlkit_lab.datasets", "dmlkit_lab.studies.pcc", "dmlkit_lab.recipes", "dmlkit_lab"]
+
+
+def test_the_library_never_imports_the_lab():
+    found = [f"{path.relative_to(SRC)} {where}" for path in sorted(PACKAGE.rglob("*.py"))
+             for where in lab_imports_in(path.read_text())]
+    assert found == [], "the library imports the lab (register from the lab's plug-in instead): " + "; ".join(found)
+
+
+def test_the_lab_is_reached_through_its_entry_points():
+    from importlib.metadata import entry_points
+
+    assert {(p.name, p.value) for p in entry_points(group="dmlkit.plugins")} >= {("dmlkit_lab", "dmlkit_lab.plugin")}
+    assert {p.value.split(":")[0] for p in entry_points(group="dmlkit.commands")} <= {"dmlkit_lab.commands"}
+
+
+def test_importing_the_library_loads_no_lab_module():
+    for module in ("dmlkit", "dmlkit.data", "dmlkit.config", "dmlkit.models", "dmlkit.evaluation", "dmlkit.cli"):
+        assert [m for m in loaded_by(module) if m.startswith(LAB)] == [], module
