@@ -6,7 +6,7 @@ import pytest
 
 from dmlkit.cli import main
 from dmlkit.config import load_config
-from dmlkit.evaluation.geometry import r_w
+from dmlkit_lab.evaluation.geometry import r_w
 from dmlkit.report.diagnostics import run_diagnostics
 from dmlkit.assemble import embed_run, evaluate_run
 from dmlkit.assemble import build_trainer

@@ -1,10 +1,10 @@
-"""SFT-paper diagnostics (evaluation.geometry) against brute-force definitions and the paper's propositions."""
+"""SFT-paper diagnostics (dmlkit_lab.evaluation.geometry) against brute-force definitions and the paper's propositions."""
 
 import pytest
 import torch
 
 from dmlkit.augment.sft import rotation_matrix
-from dmlkit.evaluation.geometry import (
+from dmlkit_lab.evaluation.geometry import (
     class_divergences,
     covariance_spectra,
     geometry_report,

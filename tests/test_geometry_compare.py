@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from dmlkit.report.geometry_compare import (
+from dmlkit_lab.report.geometry_compare import (
     R_W_ENERGY,
     RunGeometry,
     compare_geometry,
@@ -131,7 +131,7 @@ def test_fig4a_curves_average_ranks_over_seeds_with_the_next_baseline_seed_as_co
 
 
 def test_summary_markdown_and_figures_from_hand_made_groups(tmp_path, monkeypatch):
-    import dmlkit.report.geometry_compare as gc
+    import dmlkit_lab.report.geometry_compare as gc
 
     groups = {
         "base": [_geo("base", s, [0, 1, 2], [0.1, 0.2, 0.3 + s / 10], r_w=0.4 + s / 100) for s in range(3)],

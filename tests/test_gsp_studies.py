@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dmlkit.data import check_dataset, class_disjoint_split, create_dataset
 from dmlkit.data.datasets.glyphs import load_glyph_table
 from dmlkit.data.datasets.synthetic import TokenSpec, balanced_labels, sample_token_bags
-from dmlkit.evaluation.pcc import pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
+from dmlkit_lab.evaluation.pcc import pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
 from dmlkit.proxies.kcenter import greedy_k_center
 
 

@@ -123,7 +123,6 @@ EXPECTED = {
         "retrieval_metrics", "metric_names", "knn_search", "clustering_metrics", "nmi", "pairwise_f1",
         "retrieval_metrics_from_file", "clustering_metrics_from_file",
         "verification_metrics", "kfold_accuracy", "tar_at_far", "pair_scores", "best_threshold",
-        "geometry_report", "r_w", "r_w_curve", "class_divergences", "scatter_matrices", "pcc_diagnostics",
     ],
     "dmlkit.proxies": [
         "greedy_k_center", "batched_greedy_k_center", "select_per_class", "sample_class_pool",
@@ -194,3 +193,32 @@ def test_every_registered_pooling_class_is_exported():
     for name in pooling.list_poolings():
         cls = type(pooling.create_pooling(name, dim=8))
         assert getattr(pooling, cls.__name__, None) is cls, (name, cls)
+
+
+# --------------------------------------------------------------------------- names that moved to the lab
+
+MOVED_TO_THE_LAB = {  # old module -> {name: module that holds it now}
+    "dmlkit.evaluation": {
+        **{n: "dmlkit_lab.evaluation.geometry" for n in ("geometry_report", "class_means", "scatter_matrices", "r_w",
+                                                          "r_w_curve", "class_divergences", "rotation_residuals",
+                                                          "covariance_spectra")},
+        **{n: "dmlkit_lab.evaluation.pcc" for n in ("pcc_diagnostics", "pcc_embedding", "prototype_cover_delta",
+                                                     "prototype_histogram", "nearest_prototype")},
+    },
+}
+
+
+@pytest.mark.parametrize("old,name,new", [(old, n, new) for old, names in MOVED_TO_THE_LAB.items()
+                                          for n, new in names.items()])
+def test_a_name_moved_to_the_lab_still_imports_with_a_warning_naming_its_place(old, name, new):
+    with pytest.warns(FutureWarning, match=rf"{old}\.{name} moved to {new}\.{name}"):
+        obj = getattr(importlib.import_module(old), name)
+    assert obj is getattr(importlib.import_module(new), name)
+    assert name not in importlib.import_module(old).__all__
+
+
+def test_an_unknown_name_is_still_an_attribute_error():
+    import dmlkit.evaluation
+
+    with pytest.raises(AttributeError, match="no attribute 'no_such_measure'"):
+        dmlkit.evaluation.no_such_measure

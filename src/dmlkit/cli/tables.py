@@ -1,4 +1,5 @@
-"""``dmlkit protocol``, ``sweep``, ``report``, ``geometry`` and ``gallery``: runs compared and shown."""
+"""``dmlkit protocol``, ``sweep``, ``report`` and ``gallery``: runs compared and shown (the lab's ``geometry`` is
+``dmlkit_lab.commands``)."""
 
 from __future__ import annotations
 
@@ -51,13 +52,6 @@ def _report_arguments(report: argparse.ArgumentParser) -> None:
                         help="draw the nearest-neighbour gallery of runs without plots/nearest_neighbours.png")
 
 
-def _geometry_arguments(geometry: argparse.ArgumentParser) -> None:
-    geometry.add_argument("runs", nargs="+", metavar="RUN_DIR", help="finished run folders (seeds of one config are grouped)")
-    geometry.add_argument("--out", required=True, help="folder for geometry.json, geometry.md and the figures")
-    geometry.add_argument("--baseline", default=None, help="group to pair the others with (config name; default: the first)")
-    geometry.add_argument("--split", default="train", help="split to embed (default: train, the training classes, as Fig. 4a)")
-
-
 def _gallery_arguments(gallery: argparse.ArgumentParser) -> None:
     gallery.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
     gallery.add_argument("--out", default=None, help="PNG to write (default: RUN_DIR/plots/nearest_neighbours.png)")
@@ -94,15 +88,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_geometry(args: argparse.Namespace) -> int:
-    from dmlkit.report.geometry_compare import compare_geometry
-
-    compare_geometry(args.runs, args.out, baseline=args.baseline, split=args.split)
-    print((Path(args.out) / "geometry.md").read_text(), end="")
-    print(f"geometry: {args.out}")
-    return 0
-
-
 def _cmd_gallery(args: argparse.Namespace) -> int:
     from dmlkit.report.gallery import GALLERY_FILE, run_gallery
 
@@ -120,7 +105,5 @@ COMMANDS = {
 }
 LATER = {  # after data in the command list
     "report": ("write a self-contained HTML page comparing run folders", _report_arguments, _cmd_report),
-    "geometry": ("embedding geometry of run groups side by side: r_w (Eq. 8) and class divergences sorted by the "
-                 "baseline's (SFT paper Fig. 4a), seeds paired", _geometry_arguments, _cmd_geometry),
     "gallery": ("draw test queries with their nearest neighbours (green: same class)", _gallery_arguments, _cmd_gallery),
 }

@@ -1,4 +1,4 @@
-"""Evaluation of embeddings: retrieval, clustering and verification metrics, and embedding geometry.
+"""Evaluation of embeddings: retrieval, clustering and verification metrics.
 
 Embed query and reference sets, then
 
@@ -22,10 +22,13 @@ Embed query and reference sets, then
   uses for GPU tensors (``knn_device``);
 * :func:`kfold_accuracy`, :func:`tar_at_far` -- face verification: LFW-style 10-fold
   accuracy and TAR at FAR from pair scores (``verification``);
-* :func:`geometry_report`, :func:`r_w`, ... -- the SFT paper's embedding geometry
-  (``geometry``); :func:`pcc_diagnostics`, ... -- prototype convex combinations of
-  the thesis' Ch. 4 (``pcc``); :func:`zero_shot_attribute_eval` -- zero-shot prediction
-  from GSP's pseudo-attributes, the thesis' Sec. 5.3.3 (``zero_shot``).
+* :func:`zero_shot_attribute_eval` -- zero-shot prediction from GSP's pseudo-attributes, the
+  thesis' Sec. 5.3.3 (``zero_shot``).
+
+The SFT paper's embedding geometry (``geometry_report``, ``r_w``, ...) and the prototype convex
+combinations of the thesis' Ch. 4 (``pcc_diagnostics``, ...) are the lab's studies:
+``dmlkit_lab.evaluation.geometry`` and ``dmlkit_lab.evaluation.pcc``. Their old names here still
+work, with a ``FutureWarning``, until dmlkit 0.2 (``dmlkit.moved``).
 
 Nothing here imports training code.
 """
@@ -35,20 +38,9 @@ from dmlkit.evaluation.approx_index import (
 )
 from dmlkit.evaluation.clustering import clustering_metrics, kmeans_assign, nmi, pairwise_f1
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
-from dmlkit.evaluation.geometry import (
-    class_divergences,
-    class_means,
-    covariance_spectra,
-    geometry_report,
-    r_w,
-    r_w_curve,
-    rotation_residuals,
-    scatter_matrices,
-)
 from dmlkit.evaluation.embedding_file import open_embeddings
 from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
 from dmlkit.evaluation.knn_device import DEVICE_BLOCK_BYTES, device_knn_search
-from dmlkit.evaluation.pcc import nearest_prototype, pcc_diagnostics, pcc_embedding, prototype_cover_delta, prototype_histogram
 from dmlkit.evaluation.zero_shot import per_class_means, zero_shot_attribute_eval
 from dmlkit.evaluation.metric_registry import (
     RetrievalMetric, register_retrieval_metric, retrieval_metric_list, unregister_retrieval_metric,
@@ -121,22 +113,18 @@ __all__ = [
     "tar_at_far",
     "pair_scores",
     "best_threshold",
-    # geometry (SFT paper)
-    "geometry_report",
-    "class_means",
-    "scatter_matrices",
-    "r_w",
-    "r_w_curve",
-    "class_divergences",
-    "rotation_residuals",
-    "covariance_spectra",
-    # prototype convex combinations (thesis Ch. 4)
-    "pcc_diagnostics",
-    "pcc_embedding",
-    "prototype_cover_delta",
-    "prototype_histogram",
-    "nearest_prototype",
     # zero-shot prediction from GSP pseudo-attributes (thesis Sec. 5.3.3)
     "zero_shot_attribute_eval",
     "per_class_means",
 ]
+
+_GEOMETRY = ("geometry_report", "class_means", "scatter_matrices", "r_w", "r_w_curve", "class_divergences",
+                  "rotation_residuals", "covariance_spectra")
+_PCC = ("pcc_diagnostics", "pcc_embedding", "prototype_cover_delta", "prototype_histogram", "nearest_prototype")
+_MOVED = {**{n: "dmlkit_lab.evaluation.geometry" for n in _GEOMETRY}, **{n: "dmlkit_lab.evaluation.pcc" for n in _PCC}}
+
+
+def __getattr__(name: str):
+    from dmlkit.moved import moved_name
+
+    return moved_name(__name__, name, _MOVED)

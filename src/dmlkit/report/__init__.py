@@ -2,9 +2,10 @@
 
 - ``build_report(run_dirs, out)``: the self-contained page of ``dmlkit report`` (``html``);
 - ``run_gallery(run_dir, out)``: the gallery of ``dmlkit gallery`` (``gallery``);
-- ``compare_geometry(run_dirs, out)``: r_w and class divergences of run groups, seeds paired
-  (``dmlkit geometry``, ``geometry_compare``);
-- ``load_run`` / ``group_runs`` / ``config_differences``: reading and comparing run folders (``runs``).
+- ``load_run`` / ``group_runs`` / ``config_differences``: reading and comparing run folders (``runs``);
+- ``run_diagnostics(run_dir)``: ``dmlkit evaluate --diagnostics`` (``diagnostics``; the lab adds the SFT geometry).
+
+The SFT geometry of run groups side by side (``dmlkit geometry``) is the lab's: ``dmlkit_lab.report.geometry_compare``.
 
 This package sits beside ``protocols``: it reads run folders and rebuilds models
 through ``engine``, and draws with ``viz``.

@@ -1,12 +1,13 @@
-"""Diagnostics of a finished run: embedding geometry (SFT paper) and the metric bounds of classifier losses.
+"""Diagnostics of a finished run: the metric bounds of classifier losses, and the diagnostics plug-ins register.
 
 ``run_diagnostics(run_dir)`` (``dmlkit evaluate RUN --diagnostics``) writes
-``diagnostics_<split>.json`` and figures under ``plots/geometry_<split>/``:
+``diagnostics_<split>.json`` (and figures under ``plots/``):
 
-* ``geometry``: :func:`dmlkit.evaluation.geometry.geometry_report` of the split's
-  embeddings (r_w of Eq. 8, divergences of Eq. 11, ``||A sigma - sigma||``, spectra), in the
-  space the loss compared (``LoadedRun.features``: for SFT-d, ``model.normalize: none`` with
-  ``methods.sft.normalize_input``, the L2-normalised embedding, not the raw head output);
+* every diagnostic of ``RUN_DIAGNOSTICS`` (``register_run_diagnostic``), on the split's embeddings in
+  the space the loss compared (``LoadedRun.features``: for SFT-d, ``model.normalize: none`` with
+  ``methods.sft.normalize_input``, the L2-normalised embedding, not the raw head output). The lab registers
+  ``geometry`` (``dmlkit_lab.report.diagnostics``: the SFT paper's r_w of Eq. 8, divergences of Eq. 11,
+  ``||A sigma - sigma||``, spectra, and their figures under ``plots/geometry_<split>/``);
 * ``metric_bounds`` (only for a classifier loss with a metric criterion, ce_weak /
   ce_metric): Lemmas 3-4 of the classification-baseline paper on the *training* images (un-augmented), where
   ``eps`` is the sup of the training loss, with the classifier applied to the features the loss
@@ -18,15 +19,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from dmlkit.assemble import build_splits, find_classifier, load_finished_run
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.io import write_json_atomic
-from dmlkit.evaluation.geometry import geometry_report
 from dmlkit.losses import MetricCrossEntropyLoss, metric_bounds, one_hot_labels as _one_hot
+from dmlkit.registry import Registry
+
+__all__ = ["RUN_DIAGNOSTICS", "classifier_bounds", "register_run_diagnostic", "run_diagnostics"]
+
+#: name -> ``diagnostic(embeddings, labels, plots_dir or None, seed) -> dict``: its keys join the report (a key
+#: ``figures``, the paths it drew, is listed last).
+RUN_DIAGNOSTICS: Registry[dict[str, Any]] = Registry("run diagnostic", plugins=True)
+
+
+def register_run_diagnostic(name: str, diagnostic: Callable[..., dict[str, Any]]) -> None:
+    """Add ``diagnostic`` to what ``dmlkit evaluate --diagnostics`` computes (see ``RUN_DIAGNOSTICS``)."""
+    RUN_DIAGNOSTICS.register(name, diagnostic)
 
 
 def classifier_bounds(run: Any, max_pairs_samples: int = 1000) -> dict[str, Any] | None:
@@ -49,17 +61,19 @@ def classifier_bounds(run: Any, max_pairs_samples: int = 1000) -> dict[str, Any]
 def run_diagnostics(run_or_checkpoint: str | Path, split: str = "test", plots: bool = True) -> dict[str, Any]:
     """Compute, write and return the diagnostics of a run (see the module docstring)."""
     run = load_finished_run(run_or_checkpoint)
-    # the geometry of the embedding the loss compared (for SFT-d: after L2 normalisation)
+    # the embedding the loss compared (for SFT-d: after L2 normalisation)
     embeddings, labels = embed_dataset(run.features, run.split(split), run.cfg.eval.batch_size)
     report: dict[str, Any] = {"split": split, "checkpoint": str(run.checkpoint)}
-    report["geometry"] = geometry_report(embeddings, labels, seed=run.cfg.seed)
+    figures: list[str] = []
+    for name in RUN_DIAGNOSTICS.names():
+        plots_dir = run.folder.plots / f"{name}_{split}" if plots else None
+        found = dict(RUN_DIAGNOSTICS.get(name)(embeddings, labels, plots_dir, run.cfg.seed))
+        figures += [str(p) for p in found.pop("figures", [])]
+        report.update(found)
     bounds = classifier_bounds(run)
     if bounds is not None:
         report["metric_bounds"] = bounds
     if plots:
-        from dmlkit.viz.geometry_plots import geometry_figures
-
-        figures = geometry_figures(embeddings, labels, run.folder.plots / f"geometry_{split}", seed=run.cfg.seed)
-        report["figures"] = [str(p) for p in figures]
+        report["figures"] = figures
     write_json_atomic(run.folder.path / f"diagnostics_{split}.json", report)
     return report

@@ -1,6 +1,6 @@
 """Figures comparing the embedding geometry of run groups (``dmlkit geometry``): SFT paper Fig. 4a and 6c.
 
-They draw the summary of ``dmlkit.report.geometry_compare.compare_geometry`` (plain numbers),
+They draw the summary of ``dmlkit_lab.report.geometry_compare.compare_geometry`` (plain numbers),
 nothing of the trainer:
 
 - ``plot_r_w``: ``r_w`` (Eq. 8, energy 0.99) per group with one point per seed, and the mean

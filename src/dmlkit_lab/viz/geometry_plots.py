@@ -1,4 +1,4 @@
-"""Figures of the SFT paper's diagnostics (``dmlkit.evaluation.geometry``) for one embedding set.
+"""Figures of the SFT paper's diagnostics (``dmlkit_lab.evaluation.geometry``) for one embedding set.
 
 - ``divergences.png``: per-class divergence (Eq. 11) sorted, with its mean and std (Fig. 4a);
 - ``rotation_residuals.png``: histogram of ``||A sigma - sigma||`` (Fig. 6a);
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from dmlkit.evaluation.geometry import class_divergences, covariance_spectra, r_w_curve, rotation_residuals
+from dmlkit_lab.evaluation.geometry import class_divergences, covariance_spectra, r_w_curve, rotation_residuals
 from dmlkit.viz.plots import _save, plt
 
 ENERGIES = (0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.99, 0.999)

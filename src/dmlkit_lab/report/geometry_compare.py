@@ -40,7 +40,7 @@ from typing import Any, Sequence
 
 import torch
 
-from dmlkit.evaluation.geometry import class_divergences, r_w_curve, scatter_matrices
+from dmlkit_lab.evaluation.geometry import class_divergences, r_w_curve, scatter_matrices
 from dmlkit.io import write_json_atomic, write_text_atomic
 
 __all__ = [
@@ -326,7 +326,7 @@ def compare_geometry(
     write_json_atomic(out / "geometry.json", summary)
     write_text_atomic(out / "geometry.md", geometry_markdown(summary))
     if plots:
-        from dmlkit.viz.geometry_compare import plot_divergences, plot_r_w
+        from dmlkit_lab.viz.geometry_compare import plot_divergences, plot_r_w
 
         title = f"{split} split"
         plot_r_w(summary, out / "geometry_r_w.png", title)
