@@ -205,3 +205,28 @@ def test_a_diverging_trial_fails_with_its_reason(tmp_path):
     assert states[1.0e30].state.name == "FAIL" and "non-finite" in states[1.0e30].user_attrs["fail_reason"].lower() \
         or "became" in states[1.0e30].user_attrs["fail_reason"]
     assert result.best["params"]["train.lr"] == 1.0e-3
+
+
+def test_then_test_tests_the_fold_models_and_retrains_best_on_seeds(tmp_path, capsys):
+    from dmlkit.evaluation.evaluate_embeddings import evaluate_embeddings
+    from dmlkit.assemble import embed_run
+    from dmlkit.tune.test_step import interval95
+
+    space = SearchSpace.from_mapping({"loss.params.base": {"type": "float", "low": 0.3, "high": 0.7}})
+    sets = sum((["--set", o] for o in QUICK), [])
+    space_file = tmp_path / "space.yaml"
+    space_file.write_text(yaml.safe_dump(space.to_mapping()))
+    out = tmp_path / "study"
+    assert main(["tune", CONFIG, "--out", str(out), "--trials", "1", "--space", str(space_file), "--protocol", "fair",
+                 "--folds", "2", "--quiet", "--then-test", "0", "1", *sets]) == 0
+    text = (out / "test.md").read_text()
+    assert text in capsys.readouterr().out
+    folds = [out / "trials" / "0000" / f"fold{k}" for k in range(2)]
+    separate = [evaluate_embeddings(*embed_run(f, "test"), ks=(1, 2, 4, 8), clustering=False, seed=0) for f in folds]
+    row = next(line for line in text.splitlines() if "separated" in line).strip(" |").split(" | ")
+    assert float(row[2]) == pytest.approx(100 * statistics.fmean(m["mean_average_precision_at_r"] for m in separate), abs=0.006)
+    retrained = [json.loads((out / "test" / f"quickstart-tuned-seed{s}" / "summary.json").read_text()) for s in (0, 1)]
+    values = [100 * r["test"]["mean_average_precision_at_r"] for r in retrained]
+    mean, half = interval95(values)
+    assert half == pytest.approx(12.706 * statistics.stdev(values) / math.sqrt(2))
+    assert f"[{mean - half:.2f}, {mean + half:.2f}]" in text.splitlines()[-1]

@@ -37,6 +37,10 @@ def _tune_arguments(tune: argparse.ArgumentParser) -> None:
     tune.add_argument("--heartbeat", type=int, default=30, metavar="SECONDS",
                       help="PostgreSQL: a worker's heartbeat; a trial whose worker missed 4 is retried (default: 30)")
     tune.add_argument("--study-name", default=None, help="name of the study in the storage (default: the folder's name)")
+    tune.add_argument("--then-test", dest="test_seeds", type=int, nargs="*", default=None, metavar="SEED",
+                      help="when the study has its trials, test the best values on the test classes: the fair "
+                           "protocol's fold models (separated and concatenated), and best.yaml retrained on these "
+                           "seeds (mean ± std, 95%% interval); written to STUDY/test.md")
     tune.add_argument("--list-spaces", action="store_true", help="list the shipped search spaces and their ranges")
     add_quiet(tune, "no progress lines")
 
@@ -62,7 +66,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                               heartbeat=args.heartbeat)
     result = tune(args.config, space=args.space or None, trials=args.trials, out=args.out, overrides=args.overrides,
                   protocol=args.protocol, folds=args.folds, settings=settings, jobs=args.jobs, storage=args.storage,
-                  study_name=args.study_name, quiet=args.quiet)
+                  study_name=args.study_name, quiet=args.quiet, test_seeds=args.test_seeds)
     print((result.study_dir / "trials.md").read_text(), end="")
     if result.best is None:
         print(f"study {result.study_dir}: no trial completed yet")
@@ -71,6 +75,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     sem = "" if best["sem"] is None else f" ± {100 * best['sem']:.2f} (SEM over folds)"
     print(f"best: trial {best['trial']}, validation {best['metric']} {100 * best['value']:.2f}{sem}; "
           f"values {json.dumps(best['params'])}")
+    if (result.study_dir / "test.md").is_file() and args.test_seeds is not None:
+        print((result.study_dir / "test.md").read_text(), end="")
     print(f"study folder: {result.study_dir}  (best.yaml trains the best values: dmlkit train {result.study_dir / 'best.yaml'})")
     return 0
 

@@ -75,3 +75,21 @@ def run_fair(
         separated.append({SEED_KEY: seed, **{k: v[0] for k, v in summarise(per_model).items()}})
         concatenated.append({SEED_KEY: seed, **_metrics(queries, references, cfg.eval.ks, cfg.eval.clustering, seed)})
     return {"separated": separated, "concatenated": concatenated}
+
+
+def test_fold_models(run_dirs: Sequence[Path], split: str, reference_split: str | None, ks: Sequence[int],
+                     clustering: bool, seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """``(separated, concatenated)`` test metrics of finished fold models that were not tested when they trained
+    (a search's trials): each model's metrics averaged, and those of the concatenated embeddings."""
+    from dmlkit.assemble import embed_run
+
+    queries, references, per_model = _Concatenation(), _Concatenation(), []
+    for run_dir in run_dirs:
+        embedded = embed_run(run_dir, split)
+        queries.add(*embedded)
+        refs = embed_run(run_dir, reference_split) if reference_split is not None else (None, None)
+        if reference_split is not None:
+            references.add(*refs)
+        per_model.append(evaluate_embeddings(*embedded, *refs, ks=ks, clustering=clustering, seed=seed))
+    separated = {key: sum(m[key] for m in per_model) / len(per_model) for key in per_model[0]}
+    return separated, _metrics(queries, references, ks, clustering, seed)

@@ -95,6 +95,8 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
     """Write the results files; returns the best trial's record (None before any trial completed)."""
     from optuna.trial import TrialState
 
+    from dmlkit.tune.workers import origin_number
+
     metric = record["metric"]
     rows = trial_rows(study.get_trials(deepcopy=False), keys)
     (study_dir / "trials.md").write_text(_markdown(rows, metric))
@@ -111,7 +113,7 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
         from dmlkit.viz.tune_plots import importance_figure
 
         importance_figure(importances, study_dir / "importances.png")
-    summary = {"trial": best.number, "value": best.value, "sem": best.user_attrs.get("sem"), "metric": metric,
+    summary = {"trial": best.number, "run": origin_number(best), "value": best.value, "sem": best.user_attrs.get("sem"), "metric": metric,
                "params": best.params, "importances": importances,
                "trials": {s: sum(r["state"] == s for r in rows) for s in ("complete", "pruned", "fail", "running")}}
     (study_dir / "best.json").write_text(json.dumps(summary, indent=2) + "\n")

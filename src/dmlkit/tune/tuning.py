@@ -106,12 +106,15 @@ def tune(
     storage: str | None = None,
     study_name: str | None = None,
     quiet: bool = True,
+    test_seeds: Sequence[int] | None = None,
 ) -> StudyResult:
     """Tune ``config`` over ``space`` for ``trials`` trials; see ``docs/tuning.md``.
 
     ``protocol``: ``holdout`` (the config's validation classes) or ``fair`` (the mean over ``folds``
     class-disjoint folds of the training classes). ``storage``: a PostgreSQL URL shared by workers on many
     machines; default the study folder's journal file. ``out`` defaults to ``runs/tune/<config name>``.
+    ``test_seeds``: once the study has its trials, test the best values (``dmlkit.tune.test_step``): the fair
+    protocol's fold models as they are, and ``best.yaml`` retrained on these seeds (none: the fold models only).
     """
     import optuna
 
@@ -142,5 +145,18 @@ def tune(
         run_worker(job, say)
     else:
         _spawn_workers(job, jobs, quiet)
-    best = write_results(study, study_dir, definition.record(name, storage), resolved.keys)
+    record = definition.record(name, storage)
+    best = write_results(study, study_dir, record, resolved.keys)
+    if best is not None and test_seeds is not None and _complete(study, trials):
+        from dmlkit.tune.test_step import test_best
+
+        test_best(study_dir, best, record, test_seeds, jobs, quiet)
     return StudyResult(study_dir, best, study)
+
+
+def _complete(study: Any, trials: int) -> bool:
+    """Whether the study counts its trials (another machine's workers may still run some)."""
+    from dmlkit.tune.workers import counted_trials
+
+    done = [t for t in counted_trials(study.get_trials(deepcopy=False)) if t.state.is_finished()]
+    return len(done) >= trials
