@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlkit.cli.options import add_columns, add_overrides, add_quiet, add_seeds
+from dmlkit.extras import require
 
 __all__ = ["COMMANDS", "print_summary"]
 
@@ -107,6 +108,7 @@ def _close_process_group() -> None:
 
 def metrics_table(title: str, metrics: dict[str, Any]) -> Any:
     """A rich table of ``metrics`` (fractions) in percent, the unit of every printed table of dmlkit."""
+    require("rich", "train", "dmlkit's tables of metrics")
     from rich.table import Table
 
     table = Table(title=title)
@@ -123,6 +125,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | 
     (``summary.json`` and the JSON of ``dmlkit evaluate`` keep fractions). ``resumed_at``: the step and train
     seconds a resumed run continued from, so the train time (of the whole run) and the wall time (of this
     process) are told apart."""
+    require("rich", "train", "dmlkit's tables of metrics")
     from rich.console import Console
 
     console = Console()
@@ -138,6 +141,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | 
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    require("rich", "train", "dmlkit evaluate")  # its table, checked before the evaluation
     from dmlkit.assemble import evaluate_run
 
     metrics = evaluate_run(args.run, split=args.split, quiet=os.environ.get("RANK", "0") != "0")

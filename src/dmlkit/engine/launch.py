@@ -18,7 +18,25 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dmlkit.engine.config import TrainConfig
+from dmlkit.engine.config import EvalConfig, TrainConfig
+from dmlkit.extras import require, require_all
+
+
+def check_training_extras(evaluation: EvalConfig, plots: bool) -> None:
+    """Before a run starts: the packages it will need are installed, or one error lists the extras to install
+    (``train`` always; ``faiss`` for ``eval.clustering``; ``plots`` for ``plots``), so no run fails at its end."""
+    needs = [("lightning", "train", "the training loop (Lightning Fabric)"), ("rich", "train", "the progress bar")]
+    if evaluation.clustering:
+        needs.append(("faiss", "faiss", "eval.clustering (NMI and F1 of faiss k-means; or set eval.clustering=false)"))
+    if plots:
+        needs.append(("matplotlib", "plots", "the run's plots (or set plots=false)"))
+    require_all(needs, "dmlkit training")
+
+
+def new_fabric(t: TrainConfig) -> Any:
+    """A ``lightning.fabric.Fabric`` for ``t`` (``fabric_options``), not launched."""
+    fabric = require("lightning.fabric", "train", "dmlkit training")
+    return fabric.Fabric(**fabric_options(t))
 
 
 def torchrun_world(env: Mapping[str, str] | None = None) -> tuple[int, int] | None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from dmlkit.extras import require
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 #: Longest silence between two progress lines on a pipe, in seconds.
@@ -23,6 +26,10 @@ class TrainingProgress:
 
     def __init__(self, total: int, start: int = 0, quiet: bool = False, console: Console | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        require("rich", "train", "the training progress bar")
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
         self.console = console or Console(stderr=True)
         self.quiet = quiet
         self.live = self.console.is_terminal and not quiet

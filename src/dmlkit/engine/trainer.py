@@ -30,7 +30,7 @@ from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
 from dmlkit.engine.environment import current_environment
 from dmlkit.engine.evaluator import Evaluator, validation_score
 from dmlkit.engine.execution import check_execution, prepare_model, to_channels_last
-from dmlkit.engine.launch import check_precision, fabric_options
+from dmlkit.engine.launch import check_precision, check_training_extras, new_fabric
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.optim import build_optimizer, build_scheduler
 from dmlkit.engine.parts import RunParts
@@ -81,6 +81,7 @@ class Trainer:
         check_val_metric(train, evaluation, metric_names(evaluation.ks))  # before the run folder is made
         check_precision(train)
         check_execution(parts.model, train.channels_last, train.compile)
+        check_training_extras(evaluation, parts.plots)
         self.train_cfg, self.eval_cfg, self.parts = train, evaluation, parts
         self.folder = RunFolder(run_dir)
         self.callbacks = [*parts.callbacks, *callbacks]
@@ -105,9 +106,7 @@ class Trainer:
 
     # ----------------------------------------------------------------- set-up
     def _launch(self) -> None:
-        from lightning.fabric import Fabric
-
-        self.fabric = Fabric(**fabric_options(self.train_cfg))  # DDP under torchrun (engine/launch.py)
+        self.fabric = new_fabric(self.train_cfg)  # DDP under torchrun (engine/launch.py)
         self.fabric.launch()
 
     def _setup(self) -> None:

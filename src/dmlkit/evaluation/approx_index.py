@@ -48,6 +48,8 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+
+from dmlkit.extras import require
 from dmlkit.validation import is_int
 
 __all__ = [
@@ -125,7 +127,7 @@ def plan_index(n: int, method: str, params: Mapping[str, Any] | None = None) -> 
 
 def build_index(plan: IndexPlan, rows: Callable[[int, int], np.ndarray], n: int, d: int, block: int, seed: int) -> Any:
     """A faiss index of the ``n`` rows given block by block by ``rows(start, stop)`` (float32, C order)."""
-    import faiss
+    faiss = require("faiss", "faiss", "approximate search (faiss indexes)")
 
     if plan.method in _IVF:
         quantizer = faiss.IndexFlatL2(d)
@@ -160,7 +162,7 @@ def _gather(rows: Callable[[int, int], np.ndarray], picks: np.ndarray, block: in
 
 def load_index(path: str | Path, n: int, d: int) -> Any:
     """A saved faiss index for ``n`` rows of dimension ``d``: a file, or a folder holding ``index.faiss``."""
-    import faiss
+    faiss = require("faiss", "faiss", "approximate search (faiss indexes)")
 
     path = Path(path)
     file = path / "index.faiss" if path.is_dir() else path
@@ -181,7 +183,7 @@ def load_index(path: str | Path, n: int, d: int) -> Any:
 
 
 def _method_of(index: Any) -> str:
-    import faiss
+    faiss = require("faiss", "faiss", "approximate search (faiss indexes)")
 
     if isinstance(index, faiss.IndexHNSW):
         return "hnsw"
@@ -199,7 +201,7 @@ def search_param_name(index: Any) -> str:
 
 def search_ladder(index: Any) -> list[int]:
     """The values of the search parameter that :func:`tune_search` tries, cheapest first."""
-    import faiss
+    faiss = require("faiss", "faiss", "approximate search (faiss indexes)")
 
     method = _method_of(index)
     if method == "hnsw":
@@ -213,7 +215,7 @@ def search_ladder(index: Any) -> list[int]:
 
 def set_search_param(index: Any, value: int) -> None:
     """Set ``nprobe`` (IVF) or ``efSearch`` (HNSW); nothing for an exact index."""
-    import faiss
+    faiss = require("faiss", "faiss", "approximate search (faiss indexes)")
 
     method = _method_of(index)
     if method == "hnsw":

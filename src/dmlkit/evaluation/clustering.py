@@ -21,6 +21,10 @@ Both are computed from the sparse contingency table ``n_ij`` (items with label
 ``i`` in cluster ``j``), in ``O(N log N)`` time and ``O(N)`` memory, never over
 all pairs: ``TP = sum_ij C(n_ij, 2)``, ``TP + FP = sum_j C(b_j, 2)``,
 ``TP + FN = sum_i C(a_i, 2)`` with ``a``, ``b`` the row and column sums.
+
+The k-means needs the ``faiss`` extra (``pip install 'dmlkit[faiss]'``); without it ``clustering_metrics``
+raises ``dmlkit.extras.MissingExtra`` naming it. There is no fallback: another k-means would report other
+values under the same names. ``nmi`` and ``pairwise_f1`` need no extra.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import math
 
 import numpy as np
 import torch
+
+from dmlkit.extras import require
 
 __all__ = ["clustering_metrics", "kmeans_assign", "nmi", "pairwise_f1"]
 
@@ -123,8 +129,8 @@ def kmeans_assign(
     embeddings: object, n_clusters: int, seed: int = 0, niter: int = 20, nredo: int = 1
 ) -> np.ndarray:
     """Cluster index of every row after faiss k-means (``niter`` iterations, best
-    of ``nredo`` seeded runs by k-means objective)."""
-    import faiss
+    of ``nredo`` seeded runs by k-means objective). Needs the ``faiss`` extra."""
+    faiss = require("faiss", "faiss", "k-means of the clustering metrics (NMI, F1)")
 
     x = embeddings.detach().cpu().numpy() if isinstance(embeddings, torch.Tensor) else np.asarray(embeddings)
     if x.ndim != 2:

@@ -37,6 +37,7 @@ import numpy as np
 from dmlkit.evaluation.clustering import nmi, pairwise_f1
 from dmlkit.evaluation.embedding_file import open_embeddings
 from dmlkit.evaluation.retrieval import check_labels
+from dmlkit.extras import require
 from dmlkit.validation import is_int, is_real
 
 __all__ = ["clustering_metrics_from_file"]
@@ -90,7 +91,7 @@ def clustering_metrics_from_file(
         seed: seed of the sample and of the k-means initialisation.
         niter: k-means iterations (20, as in ``clustering_metrics`` and PML).
     """
-    import faiss
+    faiss = require("faiss", "faiss", "k-means of the clustering metrics (NMI, F1)")
 
     arr = open_embeddings(embeddings, min_rows=1)
     n, d = arr.shape

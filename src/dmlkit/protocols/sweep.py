@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dmlkit.config import load_config
+from dmlkit.extras import require
 from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.results import run_columns
 from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
@@ -124,6 +125,8 @@ def run_sweep(
     if protocol not in PROTOCOL_OVERRIDES:
         raise ValueError(f"sweeps run a single-model protocol; valid: {', '.join(PROTOCOL_OVERRIDES)} (got '{protocol}')")
     check_batch_arguments("run_sweep", configs, seeds, columns)
+    if len(grid) <= 2:  # sweep.png is drawn after every run: its package is checked before the first
+        require("matplotlib", "plots", "dmlkit sweep's sweep.png")
     points = grid_points(grid)
     plans = [(path, *_valid_points(path, overrides, points)) for path in configs]
     out = Path(out_dir)

@@ -36,6 +36,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dmlkit.data.datasets.unreadable import check_on_corrupt, listed, readable_indices, unopenable
+from dmlkit.extras import require
 from dmlkit.io import atomic_write, remove_stale_temporaries, write_json_atomic
 from dmlkit.search.image_list import ImageList, list_images
 from dmlkit.search.preprocess import ImagePreprocess
@@ -239,6 +240,7 @@ def _check_finite(chunk: np.ndarray, paths: Sequence[Path], model: RunModel) -> 
 
 
 def _progress(quiet: bool) -> Any:
+    require("rich", "search", "dmlkit embed's progress bar")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 

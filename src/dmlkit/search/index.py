@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 
 from dmlkit.evaluation.approx_index import default_nlist, tune_search
+from dmlkit.extras import require
 from dmlkit.io import atomic_write, remove_stale_temporaries, write_json_atomic
 from dmlkit.validation import is_int
 
@@ -44,6 +44,11 @@ CLI_FLAGS = {"nlist": "--ivf N", "nprobe": "--nprobe", "m": "--hnsw M", "ef_sear
 FORMAT = "dmlkit-index/1"
 TUNED = ("nlist", "nprobe", "ef_search")  # chosen from the data when left None
 TARGET_RECALL = 0.95  # recall@1 that a tuned search parameter reaches (Wilson lower bound, 95% confidence)
+
+
+def _faiss() -> Any:
+    """The faiss module (imported when an index is made or read: ``dmlkit.search`` imports without it)."""
+    return require("faiss", "search", "a search index (dmlkit index build, search, serve)")
 
 
 @dataclass
@@ -109,7 +114,8 @@ class SearchIndex:
         self._index = self._new_index()
 
     # -------------------------------------------------------------- building
-    def _new_index(self) -> faiss.Index:
+    def _new_index(self) -> Any:
+        faiss = _faiss()
         c = self.config
         if c.mode == "exact":
             return faiss.IndexFlatL2(self.dim)
@@ -183,6 +189,7 @@ class SearchIndex:
     def tune_search_param(self, embeddings: np.ndarray, sample: int = 1000, seed: int = 0) -> dict[str, Any]:
         """Set ``nprobe`` / ``efSearch`` to the cheapest value whose leave-one-out recall@1 on ``sample`` of the
         rows reaches ``TARGET_RECALL`` (``evaluation.approx_index.tune_search``, the evaluation's rule)."""
+        faiss = _faiss()
         x = _as_matrix(embeddings, self.dim, "embeddings")
         rows = np.sort(np.random.default_rng(seed).choice(x.shape[0], size=min(sample, x.shape[0]), replace=False))
         exact = faiss.IndexFlatL2(self.dim)
@@ -196,6 +203,7 @@ class SearchIndex:
 
     def measure_recall(self, embeddings: np.ndarray, k: int = 10, sample: int = 1000, seed: int = 0) -> dict[str, Any]:
         """Leave-one-out ``recall@k`` of this index against exact search on ``sample`` of its own rows."""
+        faiss = _faiss()
         x = _as_matrix(embeddings, self.dim, "embeddings")
         n = x.shape[0]
         k = min(k, n - 1)
@@ -242,6 +250,7 @@ class SearchIndex:
     # ------------------------------------------------------------ persisting
     def save(self, folder: str | Path) -> Path:
         """Write ``index.faiss`` and ``meta.json`` into ``folder`` (created if needed)."""
+        faiss = _faiss()
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(folder, targets=["index.faiss", "meta.json"])  # of a build that was killed
@@ -254,6 +263,7 @@ class SearchIndex:
     @classmethod
     def load(cls, folder: str | Path) -> "SearchIndex":
         """Read an index folder written by ``save``."""
+        faiss = _faiss()
         folder = Path(folder)
         meta_file, index_file = folder / "meta.json", folder / "index.faiss"
         if not (meta_file.is_file() and index_file.is_file()):

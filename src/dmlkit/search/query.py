@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dmlkit.extras import require
 from dmlkit.search.embed_images import load_embeddings
 from dmlkit.search.index import IndexConfig, SearchIndex
 
@@ -107,6 +108,7 @@ def search_index_folder(
 
 def print_neighbours(index: SearchIndex, results: list[Neighbour]) -> None:
     """The neighbours as a rich table on stdout."""
+    require("rich", "search", "dmlkit search's table")
     from rich.console import Console
     from rich.table import Table
 

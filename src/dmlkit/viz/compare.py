@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-import matplotlib
+from dmlkit.extras import require
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+require("matplotlib", "plots", "dmlkit's plots and reports").use("Agg")  # no display needed
+plt = require("matplotlib.pyplot", "plots", "dmlkit's plots and reports")
 
 __all__ = ["compare_training_curves"]
 

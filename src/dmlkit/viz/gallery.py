@@ -16,10 +16,10 @@ import textwrap
 from pathlib import Path
 from typing import IO, Sequence
 
-import matplotlib
+from dmlkit.extras import require
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+require("matplotlib", "plots", "dmlkit's plots and reports").use("Agg")  # no display needed
+plt = require("matplotlib.pyplot", "plots", "dmlkit's plots and reports")
 import torch  # noqa: E402
 
 from dmlkit.evaluation import knn_search  # noqa: E402

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from dmlkit.extras import require
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+require("matplotlib", "plots", "dmlkit's plots and reports").use("Agg")  # no display needed
+plt = require("matplotlib.pyplot", "plots", "dmlkit's plots and reports")
 import torch  # noqa: E402
 
 VAL_METRICS = ("precision_at_1", "mean_average_precision_at_r", "r_precision")

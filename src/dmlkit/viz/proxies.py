@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from dmlkit.extras import require
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+require("matplotlib", "plots", "dmlkit's plots and reports").use("Agg")  # no display needed
+plt = require("matplotlib.pyplot", "plots", "dmlkit's plots and reports")
 import torch  # noqa: E402
 
 __all__ = ["proxy_figure", "proxy_panels"]

@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+from dmlkit.extras import require
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+require("matplotlib", "plots", "dmlkit's plots and reports").use("Agg")  # no display needed
+plt = require("matplotlib.pyplot", "plots", "dmlkit's plots and reports")
 import numpy as np  # noqa: E402
 
 Cells = dict[str, dict[tuple[str, ...], tuple[float, float]]]

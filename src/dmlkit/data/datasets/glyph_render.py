@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dmlkit.extras import require
+
 GLYPH_FONTS: tuple[str, ...] = (
     "DejaVuSans.ttf",
     "DejaVuSans-Bold.ttf",
@@ -60,7 +62,7 @@ BLANK_LEVEL = 64  # uint8; a rendering darker than this everywhere is blank
 
 
 def font_dir() -> Path:
-    import matplotlib
+    matplotlib = require("matplotlib", "plots", "the glyphs datasets (drawn from the fonts inside matplotlib)")
 
     return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 
@@ -90,7 +92,7 @@ def fonts_fingerprint(paths: list[Path]) -> str:
 
 def font_coverage(paths: list[Path]) -> list[frozenset[int]]:
     """The code points each font's best cmap maps (read with fontTools)."""
-    from fontTools.ttLib import TTFont
+    TTFont = require("fontTools.ttLib", "plots", "the glyphs datasets (fontTools comes with matplotlib)").TTFont
 
     logger = logging.getLogger("fontTools")
     level = logger.level
