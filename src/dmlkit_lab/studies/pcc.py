@@ -8,7 +8,7 @@ all, which keeps relative distances, as Sec. 4.3 does), picks ``k`` prototypes
 among them by greedy k-centre (Algorithm 2, ``dmlkit.proxies.kcenter``) and
 compares, per image, the GAP embedding with the PCC embedding (nearest-prototype
 histogram, Eq. 4.2.5-4.2.6). Proposition 4.2.1 bounds the error by the
-covering radius ``delta`` (see ``dmlkit.evaluation.pcc``); the table reports
+covering radius ``delta`` (see ``dmlkit_lab.evaluation.pcc``); the table reports
 ``delta``, the mean and max error, their ratio and whether the bound holds,
 for several ``k``.
 
@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from dmlkit.evaluation.pcc import pcc_diagnostics, pcc_embedding
+from dmlkit_lab.evaluation.pcc import pcc_diagnostics, pcc_embedding
 from dmlkit.protocols.table import markdown_grid
 from dmlkit.proxies.kcenter import greedy_k_center
 
