@@ -26,7 +26,7 @@ Two backbones (``--backbone``):
   k-centres of 1,024 GAP-pooled vectors (``init: kcenter``; 16 steps of GAP at batch 64). The glyph classes the
   backbone was pretrained on are the first half by code point, which is where the default collage layout draws
   its *training* characters (foreground and background); ``--class-pool testbed`` draws every role from the
-  testbed's DML classes instead (``dmlkit.data.datasets.collage``).
+  testbed's DML classes instead (``dmlkit_lab.datasets.collage``).
 
 Written to ``--out``: ``table.md`` (mean ± std over ``--seeds`` of test MAP@R, P@1,
 the share of the pooling weight that falls on the foreground quarter (0.25 for GAP) and the
