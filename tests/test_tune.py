@@ -152,6 +152,14 @@ def test_running_again_continues_the_study(tmp_path, capsys):
     assert "best: trial" in capsys.readouterr().out
     assert main([*args, "--trials", "3"]) == 0  # nothing left to do: no fourth trial
     assert len(list(out.glob("trials/*"))) == 3
+    # dmlkit report shows the study: its best trial and every trial's value in %
+    best = json.loads((out / "best.json").read_text())
+    page = tmp_path / "report.html"
+    assert main(["report", str(out), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert f"Best: trial {best['trial']}, {100 * best['value']:.2f}" in text
+    values = [line.split(",")[3] for line in (out / "trials.csv").read_text().splitlines()[1:]]
+    assert all(f"<td>{100 * float(v):.2f}</td>" in text for v in values) and text.count("data:image/png") >= 1
 
 
 def test_a_folder_of_another_search_is_refused(tmp_path, capsys):

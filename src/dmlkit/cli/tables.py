@@ -45,7 +45,8 @@ def _sweep_arguments(sweep: argparse.ArgumentParser) -> None:
 
 
 def _report_arguments(report: argparse.ArgumentParser) -> None:
-    report.add_argument("runs", nargs="+", metavar="RUN_DIR", help="finished run folders (seeds of one config are grouped)")
+    report.add_argument("runs", nargs="+", metavar="RUN_DIR", help="finished run folders (seeds of one config are grouped), "
+                        "or study folders of dmlkit tune")
     report.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
     report.add_argument("--title", default=None, help="page title (default: the run names)")
     report.add_argument("--gallery", action="store_true",

@@ -14,7 +14,9 @@ The page has no external assets and no script: figures are PNGs embedded as
 6. nearest-neighbour galleries (``plots/nearest_neighbours.png``, or drawn on demand);
 7. method-specific figures: every other PNG under a run's ``plots/`` (SFT divergences and
    the other ``plots/geometry_<split>/`` figures of ``dmlkit evaluate --diagnostics``, CCP
-   proxies, GSP heat-maps, ...), captioned with its path relative to ``plots/``.
+   proxies, GSP heat-maps, ...), captioned with its path relative to ``plots/``;
+8. hyperparameter studies (folders of ``dmlkit tune``): their space, best trial, trials and figures
+   (``report.study``).
 """
 
 from __future__ import annotations
@@ -272,7 +274,6 @@ def render_report(
 ) -> str:
     """The HTML text of the report of ``runs`` (see the module docstring for its sections)."""
     title = title or f"dmlkit report: {', '.join(r.label for r in runs)}"
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [
         _runs_section(runs),
         _config_section(runs),
@@ -282,11 +283,16 @@ def render_report(
         _gallery_section(runs, gallery, queries, k),
         _extras_section(runs),
     ]
+    return _page(title, "".join(sections), f"{len(runs)} run(s)")
+
+
+def _page(title: str, body: str, what: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{_e(title)}</h1><p class=\"note\">{len(runs)} run(s), generated {stamp} by dmlkit report.</p>"
-        + "".join(sections)
+        f"<h1>{_e(title)}</h1><p class=\"note\">{what}, generated {stamp} by dmlkit report.</p>"
+        + body
         + "</body></html>\n"
     )
 
@@ -305,8 +311,19 @@ def build_report(
     (rebuilding their model and embedding their test split). A folder that is not a finished
     run is a ``ValueError`` naming the missing file.
     """
-    runs = load_runs(run_dirs)
-    text = render_report(runs, title=title, gallery=gallery, queries=queries, k=k)
+    from dmlkit.report.study import split_folders, study_section
+
+    run_folders, studies = split_folders(run_dirs)
+    if not run_dirs:
+        load_runs(run_dirs)  # its error: at least one folder
+    studies_html = "".join(study_section(s, _e, _table, _figure) for s in studies)
+    if not run_folders:
+        text = _page(title or f"dmlkit report: {', '.join(s.name for s in studies)}", studies_html,
+                     f"{len(studies)} study folder(s)")
+    else:
+        runs = load_runs(run_folders)
+        text = render_report(runs, title=title, gallery=gallery, queries=queries, k=k)
+        text = text.replace("</body></html>\n", studies_html + "</body></html>\n")
     out = Path(out)
     if out.parent != Path(""):
         out.parent.mkdir(parents=True, exist_ok=True)
