@@ -62,7 +62,7 @@ BLANK_LEVEL = 64  # uint8; a rendering darker than this everywhere is blank
 
 
 def font_dir() -> Path:
-    matplotlib = require("matplotlib", "plots", "the glyphs datasets (drawn from the fonts inside matplotlib)")
+    matplotlib = require("matplotlib", "plots", "the glyphs dataset (drawn from the fonts inside matplotlib)")
 
     return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
 
@@ -92,7 +92,7 @@ def fonts_fingerprint(paths: list[Path]) -> str:
 
 def font_coverage(paths: list[Path]) -> list[frozenset[int]]:
     """The code points each font's best cmap maps (read with fontTools)."""
-    TTFont = require("fontTools.ttLib", "plots", "the glyphs datasets (fontTools comes with matplotlib)").TTFont
+    TTFont = require("fontTools.ttLib", "plots", "the glyphs dataset (fontTools comes with matplotlib)").TTFont
 
     logger = logging.getLogger("fontTools")
     level = logger.level
