@@ -17,7 +17,9 @@
 set -u
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=$PWD/src:/tmp/site DMLKIT_CACHE=$PWD/.cache/dmlkit OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1
+# Not installed, so no entry points: DMLKIT_PLUGINS brings the lab's datasets and backbones (dmlkit.plugins).
+export PYTHONPATH=$PWD/src:/tmp/site DMLKIT_CACHE=$PWD/.cache/dmlkit OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1 \
+  DMLKIT_PLUGINS=dmlkit_lab.plugin
 # RUNS_TAR=FILE: the runs.tar.gz of an earlier session, extracted into /tmp/runs first, so that its finished runs are
 # reused (only with that session's backbones.tar carried too: the runs record their backbone's checksum).
 [ -n "${RUNS_TAR:-}" ] && { tar -xzf "$RUNS_TAR" -C /tmp || exit 1; }

@@ -138,3 +138,21 @@ def test_a_plugin_run_stopped_mid_way_resumes_and_exports_from_another_folder(tm
     exported = dmlkit("export", str(run), "--format", "torchscript", "--out", "toy.pt", cwd=elsewhere)
     assert exported.returncode == 0, exported.stderr[-2000:]
     assert (elsewhere / "toy.pt").stat().st_size > 0 and "max |exported - eager| = 0.00e+00" in exported.stdout
+
+
+def test_dmlkit_plugins_names_modules_where_no_entry_point_is_installed(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "envplug.py").write_text("LOADED = True\n")
+    code = "import sys; from dmlkit.config import load_config; load_config(None); print('envplug' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    loaded = subprocess.run([sys.executable, "-c", code], env={**env, "DMLKIT_PLUGINS": "envplug"},
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.stdout.strip() == "True", loaded.stderr
+    unset = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert unset.stdout.strip() == "False", unset.stderr
+    bad = subprocess.run([sys.executable, "-c", code], env={**env, "DMLKIT_PLUGINS": "no_such_plugin_module"},
+                         capture_output=True, text=True, timeout=120)
+    assert "DMLKIT_PLUGINS names the module 'no_such_plugin_module'" in bad.stderr

@@ -83,3 +83,52 @@ def test_killed_worker_on_postgresql_is_retried_by_another(tmp_path, postgres_da
     other = subprocess.run([sys.executable, "-m", "dmlkit", *_command(out, 3, *shared)], capture_output=True, text=True, timeout=300)
     assert other.returncode == 0, other.stderr[-2000:]
     _check_retried_once(out, postgres_database)
+
+
+def test_sigterm_stops_parallel_workers_and_the_next_run_resumes_their_trials(tmp_path):
+    """The GPU script's deadline: SIGTERM to `dmlkit tune --jobs 2` stops both workers after their trials' last.pt;
+    the same command then finishes the study, the interrupted trials resumed, not restarted."""
+    import signal
+
+    out = tmp_path / "study"
+    argv = [sys.executable, "-m", "dmlkit", *_command(out, 2, "--jobs", "2")]
+    argv[argv.index("train.max_steps=6")] = "train.max_steps=400"
+    tuner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while len(list(out.glob("trials/*/last.pt"))) < 2 and time.monotonic() < deadline and tuner.poll() is None:
+        time.sleep(0.5)
+    tuner.send_signal(signal.SIGTERM)
+    _, err = tuner.communicate(timeout=180)
+    assert tuner.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert "resume from their last.pt" in err
+    assert (out / "trials.md").is_file()  # written on the way out
+    trials = _trials(out)
+    assert sorted(t.state.name for t in trials) == ["FAIL", "FAIL", "WAITING", "WAITING"]
+    assert main(_command(out, 2, "--set", "train.max_steps=400")) == 0
+    for run in out.glob("trials/*"):
+        assert json.loads((run / "environment.json").read_text())["resumes"], run
+    assert len(counted_trials(_trials(out))) == 2 and len(list(out.glob("trials/*"))) == 2
+
+
+def test_gpu_tuning_script_runs_its_studies_and_continues_them_from_their_archive(tmp_path):
+    """scripts/gpu_font_testbed_tune.sh on this machine (no .debs, no wheels), on the quickstart config: the
+    studies reach their trials, trials.md and the archive come back, and a second call from the archive goes on."""
+    root = os.getcwd()
+    env = {**os.environ, "INSTALL_DEBS": "0", "INSTALL_WHEELS": "0", "PYTHON": sys.executable, "CONFIG_DIR": "configs",
+           "LOSSES": "quickstart", "TRIALS": "1", "JOBS": "1", "TRAIN_SECONDS": "200", "OUT_DIR": str(tmp_path / "out"),
+           "STUDIES": "runs/test-gpu-tune", "SETS": " ".join(f"--set {o}" for o in QUICK)}
+    try:
+        first = subprocess.run(["bash", "scripts/gpu_font_testbed_tune.sh"], env=env, capture_output=True, text=True,
+                               timeout=400, cwd=root)
+        assert first.returncode == 0, first.stderr[-2000:]
+        assert "## quickstart" in (tmp_path / "out" / "trials.md").read_text()
+        archive = tmp_path / "studies.tar.gz"
+        os.replace(tmp_path / "out" / "studies.tar.gz", archive)
+        subprocess.run(["rm", "-rf", "runs/test-gpu-tune"], cwd=root, check=True)
+        again = subprocess.run(["bash", "scripts/gpu_font_testbed_tune.sh"], env={**env, "TRIALS": "2", "STUDIES_TAR": str(archive)},
+                               capture_output=True, text=True, timeout=400, cwd=root)
+        assert again.returncode == 0, again.stderr[-2000:]
+        table = (tmp_path / "out" / "trials.md").read_text()
+        assert table.count("| complete |") == 2  # the archived trial kept, one more trained
+    finally:
+        subprocess.run(["rm", "-rf", "runs/test-gpu-tune"], cwd=root)

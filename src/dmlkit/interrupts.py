@@ -16,3 +16,15 @@ class RunsInterrupted(Exception):
             f"stopped by {signal.Signals(signum).name}: {done} run(s) finished, {interrupted} interrupted with "
             f"their last.pt written, {not_started} not started; run the same command again to continue"
         )
+
+
+class StudyInterrupted(Exception):
+    """A hyperparameter study stopped on SIGTERM / SIGINT; its running trials saved ``last.pt`` and were enqueued
+    again, so the same command continues them."""
+
+    def __init__(self, signum: int, study_dir: str) -> None:
+        self.exit_code = 128 + int(signum)
+        super().__init__(
+            f"stopped by {signal.Signals(signum).name}: the study in '{study_dir}' keeps its finished trials, and the "
+            "interrupted ones resume from their last.pt when the same command runs again"
+        )

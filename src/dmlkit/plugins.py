@@ -15,6 +15,8 @@ resolved config as absolute paths, so the run's saved ``config.yaml`` brings the
 An installed package can instead declare its modules as entry points of the group ``dmlkit.plugins``
 (``[project.entry-points."dmlkit.plugins"] my_parts = "my_project.dml_parts"`` in its pyproject.toml);
 ``load_config`` imports every one of them, once per process, before the config's own ``imports``.
+Code run from a source tree that is not installed (``PYTHONPATH=src``, as on a machine without a package index)
+has no entry points: ``DMLKIT_PLUGINS=module[,module...]`` names the modules to import in their place.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Sequence
 __all__ = ["ENTRY_POINT_GROUP", "import_entry_point_plugins", "import_plugins", "normalize_imports"]
 
 ENTRY_POINT_GROUP = "dmlkit.plugins"
+PLUGINS_ENV = "DMLKIT_PLUGINS"
 _entry_points_done = False
 
 
@@ -93,6 +96,12 @@ def import_entry_point_plugins() -> None:
     _entry_points_done = True
     from importlib.metadata import entry_points
 
+    for name in filter(None, (part.strip() for part in os.environ.get(PLUGINS_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ValueError(f"{PLUGINS_ENV} names the module '{name}', which does not import ({err}); "
+                             "fix the name or the PYTHONPATH") from err
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             point.load()

@@ -28,7 +28,7 @@ from typing import Any, Callable
 from dmlkit.cli import data, search, tables, tools, training, tune
 from dmlkit.cli.tools import BENCHMARKS
 from dmlkit.cli.training import print_summary
-from dmlkit.interrupts import RunsInterrupted
+from dmlkit.interrupts import RunsInterrupted, StudyInterrupted
 
 __all__ = ["BENCHMARKS", "COMMANDS", "COMMAND_GROUP", "all_commands", "main", "print_summary"]
 
@@ -92,7 +92,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"dmlkit {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except RunsInterrupted as stop:  # SIGTERM / SIGINT during parallel runs: checkpoints written
+    except (RunsInterrupted, StudyInterrupted) as stop:  # SIGTERM / SIGINT during parallel runs: checkpoints written
         print(f"dmlkit {args.command}: {stop}", file=sys.stderr)
         return stop.exit_code
     except RuntimeError as err:

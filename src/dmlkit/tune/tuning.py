@@ -65,26 +65,50 @@ def _enqueue_start(study: Any, cfg: Any, space: SearchSpace) -> None:
     study.enqueue_trial(params, user_attrs={"start": True}, skip_if_exists=True)
 
 
-def _spawn_workers(job: WorkerJob, jobs: int, quiet: bool) -> None:
-    """``jobs`` worker processes sharing the study; SIGINT / SIGTERM stop them (each writes its run's ``last.pt``)."""
+def _spawn_workers(job: WorkerJob, jobs: int, quiet: bool) -> int:
+    """``jobs`` worker processes sharing the study; returns the signal that stopped them (0 when none did).
+
+    SIGTERM / SIGINT to this process is passed on to the workers as SIGTERM: each writes its run's ``last.pt`` and
+    enqueues its trial again, then this process waits for them.
+    """
     context = multiprocessing.get_context("spawn")
     processes = [context.Process(target=worker_entry, args=(job, quiet), daemon=False) for _ in range(jobs)]
-    for process in processes:
-        process.start()
+    received = {"signal": 0}
+
+    def forward(signum: int, frame: Any) -> None:
+        received["signal"] = received["signal"] or signum
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         for process in processes:
-            process.join()
-    except KeyboardInterrupt:
-        for process in processes:
-            if process.is_alive():
-                os.kill(process.pid, signal.SIGTERM)
+            process.start()
         for process in processes:
             process.join()
-        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     failed = [p.exitcode for p in processes if p.exitcode not in (0, None)]
-    if failed:
+    if failed and not received["signal"]:
         raise RuntimeError(f"{len(failed)} of {jobs} tune workers ended with exit codes {failed}; the study keeps what "
                            "they finished: run the same command again to go on")
+    return received["signal"]
+
+
+def _run_workers(job: WorkerJob, jobs: int, quiet: bool) -> int:
+    """Run the study's workers here (one) or in processes; the signal that stopped them, or 0."""
+    if jobs > 1:
+        return _spawn_workers(job, jobs, quiet)
+    from dmlkit.engine.signals import TrainingInterrupted
+
+    say = None if quiet else (lambda line: print(f"dmlkit tune: {line}", file=sys.stderr, flush=True))
+    try:
+        run_worker(job, say)
+    except TrainingInterrupted as stop:
+        return stop.signum
+    return 0
 
 
 def _threads(jobs: int) -> int:
@@ -140,13 +164,13 @@ def tune(
     _enqueue_start(study, cfg, resolved)
     job = WorkerJob(str(study_dir), name, storage, definition, resolved, settings, trials,
                     threads=_threads(jobs) if jobs > 1 else 0)
-    if jobs == 1:
-        say = None if quiet else (lambda line: print(f"dmlkit tune: {line}", file=sys.stderr, flush=True))
-        run_worker(job, say)
-    else:
-        _spawn_workers(job, jobs, quiet)
+    stopped = _run_workers(job, jobs, quiet)
     record = definition.record(name, storage)
     best = write_results(study, study_dir, record, resolved.keys)
+    if stopped:
+        from dmlkit.interrupts import StudyInterrupted
+
+        raise StudyInterrupted(stopped, str(study_dir))
     if best is not None and test_seeds is not None and _complete(study, trials):
         from dmlkit.tune.test_step import test_best
 

@@ -151,7 +151,7 @@ def _retry_interrupted(study: Any, worker_id: str) -> None:
     retried = _retried_numbers(trials)
     for trial in trials:
         if (trial.state == TrialState.FAIL and trial.user_attrs.get(WORKER_ATTR) == worker_id
-                and trial.number not in retried and trial.user_attrs.get("fail_reason") == INTERRUPTED):
+                and trial.number not in retried and trial.user_attrs.get("fail_reason") in (None, INTERRUPTED)):
             retry_callback()(study, study._storage.get_trial(trial._trial_id))
 
 
@@ -220,5 +220,10 @@ def _report_last(study: Any, worker_id: str, say: Any) -> None:
 
 def worker_entry(job: WorkerJob, quiet: bool) -> int:
     """The target of a spawned worker process."""
+    from dmlkit.engine.signals import TrainingInterrupted
+
     say = None if quiet else (lambda line: print(f"dmlkit tune: {line}", file=sys.stderr, flush=True))
-    return run_worker(job, say)
+    try:
+        return run_worker(job, say)
+    except TrainingInterrupted as stop:  # its trial's last.pt is written and the trial enqueued again
+        sys.exit(stop.exit_code)

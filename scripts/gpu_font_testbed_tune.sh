@@ -1,0 +1,48 @@
+#!/bin/bash
+# The font testbed's tuned baselines on one lent GPU machine: `dmlkit tune` of each loss's validated config
+# (multi-similarity, contrastive C2, triplet, ProxyAnchor, normalized softmax; same trial budget, pruner and
+# validation classes for each), JOBS workers sharing one card, until TRAIN_SECONDS. Each study goes on where the
+# previous call stopped: carry its studies.tar.gz back (STUDIES_TAR) and the interrupted trials resume from their
+# last.pt. The studies are those of the CPU machine (the same commands, docs/results/font_testbed.md, "Tuned
+# baselines"), but a GPU trains to other weights: keep the two apart.
+# Prepare here (once), in the repository root, beside the .debs and the PML wheel of scripts/gpu_font_testbed_tables.sh:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
+#     optuna==5.0.0 alembic mako sqlalchemy greenlet colorlog tqdm
+# Run (device tool): command "OUT_DIR=$OUT TRAIN_SECONDS=480 bash scripts/gpu_font_testbed_tune.sh", carry
+# [".debs", ".whl"] (and "studies.tar.gz" with STUDIES_TAR=studies.tar.gz from the second call on), timeout_s 560.
+# The machine has no network, so the font packages travel as .debs and the Python packages as wheels.
+set -u
+cd "$(dirname "$0")/.."
+if [ "${INSTALL_DEBS:-1}" = 1 ]; then  # INSTALL_DEBS=0: tests/test_table_scripts.py and machines with the fonts
+  dpkg -i --force-depends .debs/*.deb > /dev/null || { echo "gpu_font_testbed_tune: installing .debs failed" >&2; exit 1; }
+fi
+if [ "${INSTALL_WHEELS:-1}" = 1 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=$PWD/src:/tmp/site DMLKIT_PLUGINS=dmlkit_lab.plugin DMLKIT_CACHE=$PWD/.cache/dmlkit
+fi
+export PYTHONUNBUFFERED=1
+PYTHON=${PYTHON:-python3}
+T=${CONFIG_DIR:-configs/font_testbed}
+LOSSES=${LOSSES:-"font_testbed_val font_testbed_contrastive_c2_val font_testbed_triplet_val \
+font_testbed_proxy_anchor_val font_testbed_normalized_softmax_val"}
+TRIALS=${TRIALS:-30} JOBS=${JOBS:-8} TRAIN_SECONDS=${TRAIN_SECONDS:-480} PRUNER=${PRUNER:-none}
+OUT_DIR=${OUT_DIR:-runs/gpu_tune} STUDIES=${STUDIES:-runs/font_tune_gpu}
+EXTRA=(${SETS:-})  # e.g. SETS="--set train.max_steps=8" (tests)
+mkdir -p "$OUT_DIR" "$STUDIES"
+[ -n "${STUDIES_TAR:-}" ] && { tar -xzf "$STUDIES_TAR" || exit 1; }
+deadline=$(( $(date +%s) + TRAIN_SECONDS ))
+for name in $LOSSES; do
+  left=$(( deadline - $(date +%s) ))
+  [ "$left" -le 5 ] && break
+  # SIGTERM at the deadline: every worker writes its trial's last.pt and enqueues the trial again.
+  timeout --signal=TERM --kill-after=90 "$left" "$PYTHON" -m dmlkit tune "$T/$name.yaml" --trials "$TRIALS" \
+    --jobs "$JOBS" --pruner "$PRUNER" --out "$STUDIES/$name" --quiet "${EXTRA[@]}" >> "$OUT_DIR/tune.log" 2>&1
+  echo "gpu_font_testbed_tune: $name exit $? after $(( $(date +%s) - deadline + TRAIN_SECONDS )) s" >> "$OUT_DIR/tune.log"
+done
+: > "$OUT_DIR/trials.md"
+for name in $LOSSES; do
+  [ -f "$STUDIES/$name/trials.md" ] && { echo "## $name"; cat "$STUDIES/$name/trials.md"; echo; } >> "$OUT_DIR/trials.md"
+done
+tar -czf "$OUT_DIR/studies.tar.gz" "$STUDIES"
+tail -n 5 "$OUT_DIR/tune.log"
