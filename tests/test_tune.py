@@ -152,6 +152,12 @@ def test_running_again_continues_the_study(tmp_path, capsys):
     assert "best: trial" in capsys.readouterr().out
     assert main([*args, "--trials", "3"]) == 0  # nothing left to do: no fourth trial
     assert len(list(out.glob("trials/*"))) == 3
+    (out / "trials.md").unlink()
+    capsys.readouterr()
+    assert main(["tune", "--status", str(out)]) == 0  # the results as they stand, no trial run
+    assert (out / "trials.md").read_text() in capsys.readouterr().out and len(list(out.glob("trials/*"))) == 3
+    assert main(["tune", "--status", str(tmp_path)]) == 2
+    assert "is not a study folder" in capsys.readouterr().err
     # dmlkit report shows the study: its best trial and every trial's value in %
     best = json.loads((out / "best.json").read_text())
     page = tmp_path / "report.html"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from dmlkit.cli.options import add_overrides, add_quiet
 
@@ -41,6 +42,9 @@ def _tune_arguments(tune: argparse.ArgumentParser) -> None:
                       help="when the study has its trials, test the best values on the test classes: the fair "
                            "protocol's fold models (separated and concatenated), and best.yaml retrained on these "
                            "seeds (mean ± std, 95%% interval); written to STUDY/test.md")
+    tune.add_argument("--status", metavar="STUDY_DIR", default=None,
+                      help="write and print a study's results as they stand (trials table, best values), running "
+                           "no trial; with --storage for a study in PostgreSQL")
     tune.add_argument("--list-spaces", action="store_true", help="list the shipped search spaces and their ranges")
     add_quiet(tune, "no progress lines")
 
@@ -58,8 +62,12 @@ def _list_spaces() -> int:
 def _cmd_tune(args: argparse.Namespace) -> int:
     if args.list_spaces:
         return _list_spaces()
+    if args.status:
+        from dmlkit.tune.tuning import study_status
+
+        return _print_result(study_status(args.status, args.storage), None)
     if not args.config:
-        raise ValueError("dmlkit tune needs a CONFIG file (e.g. configs/quickstart.yaml), or --list-spaces")
+        raise ValueError("dmlkit tune needs a CONFIG file (e.g. configs/quickstart.yaml), --status STUDY_DIR or --list-spaces")
     from dmlkit.tune import SearchSettings, tune
 
     settings = SearchSettings(sampler=args.sampler, seed=args.seed, startup_trials=args.startup_trials, pruner=args.pruner,
@@ -67,6 +75,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     result = tune(args.config, space=args.space or None, trials=args.trials, out=args.out, overrides=args.overrides,
                   protocol=args.protocol, folds=args.folds, settings=settings, jobs=args.jobs, storage=args.storage,
                   study_name=args.study_name, quiet=args.quiet, test_seeds=args.test_seeds)
+    return _print_result(result, args.test_seeds)
+
+
+def _print_result(result: Any, test_seeds: Any) -> int:
     print((result.study_dir / "trials.md").read_text(), end="")
     if result.best is None:
         print(f"study {result.study_dir}: no trial completed yet")
@@ -75,7 +87,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     sem = "" if best["sem"] is None else f" ± {100 * best['sem']:.2f} (SEM over folds)"
     print(f"best: trial {best['trial']}, validation {best['metric']} {100 * best['value']:.2f}{sem}; "
           f"values {json.dumps(best['params'])}")
-    if (result.study_dir / "test.md").is_file() and args.test_seeds is not None:
+    if (result.study_dir / "test.md").is_file() and test_seeds is not None:
         print((result.study_dir / "test.md").read_text(), end="")
     print(f"study folder: {result.study_dir}  (best.yaml trains the best values: dmlkit train {result.study_dir / 'best.yaml'})")
     return 0

@@ -22,7 +22,7 @@ from dmlkit.tune.study_setup import SearchSettings, check_folder, define_study, 
 from dmlkit.tune.trial_runs import TrialPlan
 from dmlkit.tune.workers import WorkerJob, run_worker, worker_entry
 
-__all__ = ["StudyResult", "resolve_space", "tune"]
+__all__ = ["StudyResult", "resolve_space", "study_status", "tune"]
 
 SpaceSpec = SearchSpace | str | Path | Sequence[SearchSpace | str | Path] | None
 
@@ -184,3 +184,24 @@ def _complete(study: Any, trials: int) -> bool:
 
     done = [t for t in counted_trials(study.get_trials(deepcopy=False)) if t.state.is_finished()]
     return len(done) >= trials
+
+
+def study_status(study_dir: str | Path, storage: str | None = None) -> StudyResult:
+    """The results of a study as it stands (trials table, best values, figures), written without running a trial;
+    ``storage``: the PostgreSQL URL of a shared study (its password is not kept in the folder)."""
+    import optuna
+    import yaml
+
+    from dmlkit.tune.results import write_results
+    from dmlkit.tune.storage import open_storage
+
+    folder = Path(study_dir)
+    if not (folder / "study.yaml").is_file():
+        raise ValueError(f"'{folder}' is not a study folder of dmlkit tune (it has no study.yaml)")
+    record = yaml.safe_load((folder / "study.yaml").read_text())
+    if record.get("storage") != "journal.log" and storage is None:
+        raise ValueError(f"the study in '{folder}' lives in a database; give its URL with --storage")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=record["study_name"], storage=open_storage(folder, storage))
+    best = write_results(study, folder, record, list(record["space"]))
+    return StudyResult(folder, best, study)
