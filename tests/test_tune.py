@@ -103,6 +103,7 @@ def test_config_value_reads_defaults_of_components():
     (["--space", "no_such_space"], "unknown search space 'no_such_space'"),
     (["--storage", "redis://localhost"], "must be a database URL"),
     (["--storage", "postgresql://nobody@127.0.0.1:1/none", "--trials", "1"], "cannot open the study storage"),
+    (["--set", "data.val_fraction=0"], "validates on its test classes"),
 ])
 def test_bad_command_lines_are_refused_before_training(argv, match, tmp_path, capsys):
     assert main(["tune", CONFIG, "--out", str(tmp_path / "study"), *argv]) == 2

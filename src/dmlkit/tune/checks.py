@@ -65,6 +65,16 @@ def _problem(path: str | Path, overrides: Sequence[str], space: SearchSpace, par
     return f"'{parameter.key}' = {value!r}: {first}"
 
 
+def check_validation_classes(cfg: ExperimentConfig) -> None:
+    """A search scores trials on validation classes: a config that validates on its test split is refused."""
+    data = cfg.data
+    if data.val_split is None and not data.folds and not data.val_fraction > 0:
+        raise ValueError(
+            "this config validates on its test classes (data.val_fraction 0, no data.val_split, no folds), and a "
+            "search must never see them: set data.val_fraction (e.g. 0.2) or data.val_split, or use --protocol fair"
+        )
+
+
 def check_space(path: str | Path, overrides: Sequence[str], space: SearchSpace) -> ExperimentConfig:
     """The config of ``path`` with ``overrides``, after checking every key of ``space`` against it."""
     cfg = load_config(path, list(overrides))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dmlkit.tune.catalog import default_space, space_for
-from dmlkit.tune.checks import check_space, config_value
+from dmlkit.tune.checks import check_space, check_validation_classes, config_value
 from dmlkit.tune.space import SearchSpace
 from dmlkit.tune.study_setup import SearchSettings, check_folder, define_study, make_pruner, make_sampler, open_study
 from dmlkit.tune.trial_runs import TrialPlan
@@ -150,6 +150,8 @@ def tune(
     base = load_config(config, list(overrides))
     resolved = resolve_space(space, base.loss.name)
     cfg = check_space(config, overrides, resolved)
+    if protocol == "holdout":
+        check_validation_classes(cfg)
     study_dir = Path(out) if out is not None else Path(cfg.output_dir) / "tune" / cfg.name
     name = study_name or study_dir.resolve().name
     definition = define_study(plan, dump_config(cfg), resolved, cfg.train.val_metric)
