@@ -5,7 +5,8 @@
 - ``best.yaml``: the config with the best trial's values, ready for ``dmlkit train`` or ``dmlkit protocol``;
   ``best.json``: the best trial's number, value, standard error and values.
 - ``best_so_far.png``: every trial's value and the best so far against the trial number;
-  ``importances.png``: Optuna's fANOVA importance of each key (with two or more finished trials).
+  ``importances.png``: Optuna's fANOVA importance of each key (with two or more finished trials); both with the
+  'plots' extra (matplotlib) installed.
 """
 
 from __future__ import annotations
@@ -70,7 +71,16 @@ def _best_config(record: dict[str, Any], best_params: dict[str, Any]) -> str:
     return dump_config(cfg)
 
 
+def _can_plot() -> bool:
+    """The figures need the 'plots' extra; without it a study writes its tables only."""
+    from dmlkit.extras import installed
+
+    return installed("matplotlib")
+
+
 def _best_so_far_figure(rows: list[dict[str, Any]], metric: str, out: Path) -> None:
+    if not _can_plot():
+        return
     from dmlkit.viz.tune_plots import best_so_far_figure
 
     done = [(r["trial"], r["value"]) for r in rows if r["value"] is not None]
@@ -109,7 +119,7 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
         return None
     best = study.best_trial
     importances = _importances(study)
-    if importances:
+    if importances and _can_plot():
         from dmlkit.viz.tune_plots import importance_figure
 
         importance_figure(importances, study_dir / "importances.png")
