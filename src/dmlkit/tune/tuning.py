@@ -140,8 +140,9 @@ def tune(
     ``test_seeds``: once the study has its trials, test the best values (``dmlkit.tune.test_step``): the fair
     protocol's fold models as they are, and ``best.yaml`` retrained on these seeds (none: the fold models only).
     """
-    import optuna
+    from dmlkit.extras import require
 
+    optuna = require("optuna", "tune", "dmlkit tune")
     from dmlkit.config import dump_config, load_config
     from dmlkit.tune.results import write_results
 
