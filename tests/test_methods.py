@@ -9,7 +9,7 @@ from dmlkit.assemble import build_model, build_trainer
 from dmlkit.config import load_config
 from dmlkit.engine.callbacks import Callback
 from dmlkit.engine.objective import ObjectiveTerm
-from dmlkit.methods import METHODS, Method, build_methods
+from dmlkit.methods import METHODS, Method, build_methods, register_method
 from dmlkit.methods.ccp import ProjectionTerm
 from dmlkit.methods.sft import GeneratedTerm, NormalizedInputLoss, NormalizedInputMiner
 from dmlkit.methods.zero_shot import ZeroShotTerm
@@ -48,10 +48,20 @@ class Spread(Method):
         return [self.counter]
 
 
-def test_a_method_plugs_in_with_one_registration_line(tmp_path, monkeypatch):
+def test_a_method_plugs_in_with_one_registration_line(tmp_path):
     made = []
-    monkeypatch.setitem(METHODS, "spread", lambda cfg: made.append(Spread(cfg)) or made[-1])
-    build_trainer(load_config("configs/quickstart.yaml", QUICK), tmp_path / "run", quiet=True).fit()
+
+    class Registered(Spread):
+        @classmethod
+        def from_config(cls, cfg):
+            made.append(cls(cfg))
+            return made[-1]
+
+    register_method("spread")(Registered)
+    try:
+        build_trainer(load_config("configs/quickstart.yaml", QUICK), tmp_path / "run", quiet=True).fit()
+    finally:
+        METHODS.unregister("spread")
     train = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in train if r["split"] == "train"]
     assert len(train) == 4 and all(r["loss/spread"] > 0 for r in train)
@@ -112,8 +122,12 @@ def test_methods_that_would_fight_over_the_loop_are_refused(monkeypatch):
         def encode(self, model, images):
             return model(images), {}
 
-    monkeypatch.setitem(METHODS, "a", lambda cfg: Encoder())
-    monkeypatch.setitem(METHODS, "b", lambda cfg: Encoder())
+        @classmethod
+        def from_config(cls, cfg):
+            return cls()
+
+    monkeypatch.setitem(METHODS._factories, "a", Encoder)
+    monkeypatch.setitem(METHODS._factories, "b", Encoder)
     with pytest.raises(ValueError, match="embed the training batch"):
         build_trainer(load_config("configs/quickstart.yaml", QUICK), "unused", quiet=True)
 

@@ -121,8 +121,8 @@ def test_every_old_key_has_a_field_and_every_section_one_on_rule():
 ])
 def test_from_config_follows_the_sections_on_rule(override, method):
     off, on = load_config("configs/quickstart.yaml"), load_config("configs/quickstart.yaml", [override])
-    assert method not in off.methods.enabled_sections() and METHODS[method](off) is None
-    assert on.methods.enabled_sections() == [method] and METHODS[method](on) is not None
+    assert method not in off.methods.enabled_sections() and METHODS.get(method).from_config(off) is None
+    assert on.methods.enabled_sections() == [method] and METHODS.get(method).from_config(on) is not None
 
 
 def test_config_differences_skips_the_options_of_methods_both_leave_off():

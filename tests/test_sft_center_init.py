@@ -270,4 +270,4 @@ def test_the_testbed_config_is_testbed_sft_with_centres_from_the_data():
     cfg, base = load_config("configs/testbed/testbed_sft_init.yaml"), load_config("configs/testbed/testbed_sft.yaml")
     assert cfg.name == "testbed_sft_init" and cfg.methods.sft.init_centers == "data" and base.methods.sft.init_centers == "none"
     sft = dataclasses.replace(cfg.methods.sft, init_centers="none")
-    assert dataclasses.replace(cfg, name=base.name, methods=dataclasses.replace(cfg.methods, sft=sft)) == base
+    assert dataclasses.replace(cfg, name=base.name, methods=cfg.methods.replace(sft=sft)) == base

@@ -12,6 +12,7 @@ new ones, with a ``FutureWarning`` (``dmlkit.config_migration``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -21,26 +22,23 @@ from typing import Any, Union
 
 import yaml
 
-from dmlkit.augment.sft_config import SFTConfig
 from dmlkit.config_migration import migrate_overrides, migrate_values
 from dmlkit.data.config import DataConfig
 from dmlkit.engine.config import EvalConfig, TrainConfig
-from dmlkit.engine.warmup_config import WarmupConfig
 from dmlkit.losses.config import LossConfig
-from dmlkit.losses.zero_shot_config import ZeroShotConfig
+from dmlkit.method_settings import METHOD_SETTINGS
 from dmlkit.models.config import ModelConfig
-from dmlkit.proxies.config import CCPConfig
 
 
-@dataclass
 class MethodsConfig:
-    """The ``methods:`` section: one sub-section per configurable training method; one whose section is not
+    """The ``methods:`` section: one sub-section per registered method with settings; one that is not
     ``active`` is off.
 
-    Each sub-section is a dataclass defined beside the component it configures, outside ``dmlkit.methods``
-    (so reading a config loads no method code), and says whether its method is on with one derived property,
-    ``active``: the method's ``from_config`` builds it only then, and ``config_differences`` skips the options
-    of a method both configs leave off.
+    Its sub-sections are the settings dataclasses of ``dmlkit.method_settings.METHOD_SETTINGS`` (a plug-in's
+    included, once its module is imported), each built and type-checked from ``methods.<name>`` like any
+    section; a name not registered is an error listing the registered ones. Each says whether its method is
+    on with one derived property, ``active``: the method's ``from_config`` builds it only then, and
+    ``config_differences`` skips the options of a method both configs leave off.
 
     =============  ==========================================  ======================  ==============================
     section        dataclass                                   on when                 also read from
@@ -51,18 +49,63 @@ class MethodsConfig:
     ``warmup``     ``engine.warmup_config.WarmupConfig``       ``steps > 0``           ``train.warmup_steps``
     =============  ==========================================  ======================  ==============================
 
-    A method with settings adds its dataclass (with ``active``) as a field here; ``dmlkit.config_migration``
-    maps the keys in the last column.
+    ``dmlkit.config_migration`` maps the keys in the last column.
     """
 
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    ccp: CCPConfig = field(default_factory=CCPConfig)
-    zero_shot: ZeroShotConfig = field(default_factory=ZeroShotConfig)
-    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    def __init__(self, **sections: Any) -> None:
+        valid = METHOD_SETTINGS.in_order()
+        unknown = sorted(set(sections) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown config key(s) {unknown} in section 'methods'; valid keys are: {', '.join(valid)}")
+        for name, section in sections.items():
+            if not isinstance(section, METHOD_SETTINGS.get(name)):
+                raise ValueError(f"methods.{name} must be a {METHOD_SETTINGS.get(name).__name__}, got {section!r}")
+        self.__dict__["_sections"] = {name: sections[name] if name in sections else METHOD_SETTINGS.get(name)()
+                                      for name in valid}
+
+    @classmethod
+    def from_values(cls, values: Any, path: str = "methods") -> MethodsConfig:
+        """Build the section from a mapping of method name -> its settings' values, checking every key and type."""
+        if not isinstance(values, dict):
+            raise ValueError(f"config section '{path}' must be a mapping, got {type(values).__name__}")
+        valid = METHOD_SETTINGS.in_order()
+        unknown = sorted(set(values) - set(valid))
+        if unknown:
+            raise ValueError(f"unknown config key(s) {unknown} in section '{path}'; valid keys are: {', '.join(valid)}")
+        return cls(**{name: from_dict(METHOD_SETTINGS.get(name), v, _join(path, name)) for name, v in values.items()})
+
+    def sections(self) -> dict[str, Any]:
+        """Method name -> its settings, in registration order (a method registered after this was built included)."""
+        for name in METHOD_SETTINGS.in_order():
+            getattr(self, name)
+        return dict(self.__dict__["_sections"])
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        sections = self.__dict__.get("_sections", {})
+        if name not in sections:
+            if name not in METHOD_SETTINGS.in_order():
+                raise AttributeError(f"no method settings '{name}'; registered: {', '.join(METHOD_SETTINGS.in_order())}")
+            sections[name] = METHOD_SETTINGS.get(name)()  # registered after this section was built
+        return sections[name]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.__init__(**{**self.sections(), name: value})
+
+    def replace(self, **sections: Any) -> MethodsConfig:
+        """A copy with the given sections replaced (``dataclasses.replace`` for this section)."""
+        return MethodsConfig(**{**self.sections(), **sections})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MethodsConfig) and self.sections() == other.sections()
+
+    def __repr__(self) -> str:
+        return f"MethodsConfig({', '.join(f'{k}={v!r}' for k, v in self.sections().items())})"
 
     def enabled_sections(self) -> list[str]:
-        """The names of the sections whose method is on, in field order."""
-        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name).active]
+        """The names of the sections whose method is on, in registration order."""
+        return [name for name, section in self.sections().items() if section.active]
 
 
 @dataclass
@@ -77,16 +120,24 @@ class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     loss: LossConfig = field(default_factory=LossConfig)
-    methods: MethodsConfig = field(default_factory=MethodsConfig)  # SFT, CCP, zero-shot loss, warm-up
+    methods: MethodsConfig = field(default_factory=MethodsConfig)  # one section per registered method with settings
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     # published results of the paper row this config reproduces (configs/paper/); informative only
     expected: dict[str, Any] = field(default_factory=dict)
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
+def to_dict(cfg: Any) -> Any:
     """A plain, YAML-serialisable dict of a (nested) config dataclass."""
-    return dataclasses.asdict(cfg)
+    if isinstance(cfg, MethodsConfig):
+        return {name: to_dict(section) for name, section in cfg.sections().items()}
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, (list, tuple)):
+        return type(cfg)(to_dict(v) for v in cfg)
+    if isinstance(cfg, dict):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return copy.deepcopy(cfg)
 
 
 def from_dict(cls: type, values: dict[str, Any], path: str = "") -> Any:
@@ -110,6 +161,8 @@ def _join(path: str, name: str) -> str:
 def _convert(tp: Any, value: Any, path: str) -> Any:
     """Check ``value`` against type ``tp`` (converting where lossless), or raise ``ValueError``."""
     origin = typing.get_origin(tp)
+    if tp is MethodsConfig:
+        return MethodsConfig.from_values(value, path)
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value, path)
     if origin in (Union, types.UnionType):
@@ -244,12 +297,18 @@ def _base_paths(path: Path, base: Any, seen: tuple[Path, ...]) -> list[Path]:
     return resolved
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> ExperimentConfig:
-    """Read an experiment YAML (or the defaults when ``path`` is None) and apply ``overrides``."""
+def load_config(path: str | Path | None = None, overrides: list[str] = (), imports: list[str] = ()) -> ExperimentConfig:
+    """Read an experiment YAML (or the defaults when ``path`` is None) and apply ``overrides``.
+
+    ``imports``: more plug-in modules (``dmlkit train --import``), added to the config's ``imports`` and imported
+    with them, before any value is checked: an override may then set a plug-in method's ``methods.<name>``."""
     from dmlkit.plugins import import_entry_point_plugins, import_plugins, normalize_imports
 
     import_entry_point_plugins()
     values = apply_overrides(read_config_file(path) if path is not None else {}, list(overrides))
+    if imports:
+        own = values.get("imports")
+        values["imports"] = [*(own or []), *imports] if own is None or isinstance(own, list) else own  # own: refused below
     if "imports" in values:  # before any name is resolved: the registries then know the user's components
         values["imports"] = normalize_imports(values["imports"], Path(path).parent if path is not None else None)
         import_plugins(values["imports"])

@@ -68,6 +68,11 @@ class Registry(Generic[T]):
         self._import_plugins()
         return sorted(self._factories)
 
+    def in_order(self) -> list[str]:
+        """The names in the order they were registered: the order of a kind whose entries compose (methods)."""
+        self._ensure_populated()
+        return list(self._factories)
+
     def get(self, name: str) -> Callable[..., T]:
         self._ensure_populated()
         if name not in self._factories:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -67,13 +66,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         if not args.config:
             raise ValueError("dmlkit train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
-        cfg = load_config(args.config, args.overrides)
-        if args.imports:  # imported now, and recorded in the saved config like the config's own imports
-            from dmlkit.plugins import import_plugins, normalize_imports
-
-            extra = normalize_imports(args.imports, Path(args.config).parent)
-            import_plugins(extra)
-            cfg = dataclasses.replace(cfg, imports=[*cfg.imports, *extra])
+        cfg = load_config(args.config, args.overrides, imports=args.imports)  # recorded like the config's own
         from dmlkit.pretrain import ensure_pretrained_for
 
         ensure_pretrained_for(cfg, quiet=args.quiet)  # a named pretrained backbone is built on first use

@@ -1,11 +1,13 @@
 """Training-side methods as plug-ins: one file per method, one ``Method`` each (see ``methods.base``).
 
 ``build_methods(cfg)`` returns the methods a config turns on, in the one order in which their
-hooks compose. Adding a method: write ``methods/<name>.py`` with a ``Method`` subclass whose
-``from_config(cfg)`` returns an instance (or None when the config leaves it off), and add one
-line to ``METHODS``.
+hooks compose: the order of registration. Adding a method: a ``Method`` subclass whose
+``from_config(cfg)`` returns an instance (or None when the config leaves it off), decorated with
+``@register_method("name", settings=NameConfig)``; ``settings`` (a dataclass with a property ``active``)
+becomes the config section ``methods.<name>`` (``dmlkit.method_settings``). A plug-in's method composes
+after the built-in ones, which this package imports in their order.
 
-The order, and why:
+The built-in order, and why:
 
 1. ``ccp``: wraps the metric loss (the pair loss against proxies) before anyone reads it, so
    SFT's generated term also scores against the proxies;
@@ -18,34 +20,25 @@ The order, and why:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from dmlkit.methods.base import BuildContext, Method
-from dmlkit.methods.ccp import CCP
-from dmlkit.methods.gsp_diagnostics import GSPDiagnostics
-from dmlkit.methods.sft import SFT
-from dmlkit.methods.warmup import Warmup
-from dmlkit.methods.zero_shot import ZeroShot
+from dmlkit.methods.registry import METHODS, register_method
 
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
 
-__all__ = ["BuildContext", "METHODS", "Method", "build_methods", "list_methods"]
-
-#: name -> ``from_config(cfg) -> Method | None``, in composition order.
-METHODS: dict[str, Callable[["ExperimentConfig"], Method | None]] = {
-    "ccp": CCP.from_config,
-    "sft": SFT.from_config,
-    "zero_shot": ZeroShot.from_config,
-    "warmup": Warmup.from_config,
-    "gsp_diagnostics": GSPDiagnostics.from_config,
-}
+__all__ = ["BuildContext", "METHODS", "Method", "build_methods", "list_methods", "register_method"]
 
 
 def list_methods() -> list[str]:
-    return list(METHODS)
+    return METHODS.in_order()
 
 
 def build_methods(cfg: "ExperimentConfig") -> list[Method]:
     """The methods ``cfg`` turns on, in composition order (cheap: no training state is built yet)."""
-    return [m for m in (make(cfg) for make in METHODS.values()) if m is not None]
+    return [m for m in (METHODS.get(name).from_config(cfg) for name in METHODS.in_order()) if m is not None]
+
+
+# each module registers its method: this order of imports is the composition order
+from dmlkit.methods import ccp, sft, zero_shot, warmup, gsp_diagnostics  # noqa: E402, F401, I001

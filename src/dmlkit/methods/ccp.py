@@ -57,6 +57,7 @@ from dmlkit.engine.early_stopping import EarlyStopping
 from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.objective import MetricLossTerm, ObjectiveTerm
 from dmlkit.methods.base import BuildContext, Method
+from dmlkit.methods.registry import register_method
 from dmlkit.proxies.bank import ProxyBank, ProxyPairLoss, group_by_class
 from dmlkit.proxies.config import CCPConfig
 from dmlkit.proxies.diagnostics import embedding_geometry
@@ -300,6 +301,7 @@ class CCPCallback(Callback):
         proxy_panels([*self.panels, final], trainer.folder.plots / "ccp_proxies.png")
 
 
+@register_method("ccp", settings=CCPConfig)
 class CCP(Method):
     """Chance-constrained programming (``methods.ccp`` section; thesis Ch. 3, Algorithm 1)."""
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.methods.base import BuildContext, Method
+from dmlkit.methods.registry import register_method
 from dmlkit.pooling.gsp_diagnostics import weight_summary
 from dmlkit.pooling.registry import list_poolings, pooling_factory
 
@@ -59,6 +60,7 @@ class PoolingEntropyLog(Callback):
         }
 
 
+@register_method("gsp_diagnostics")
 class GSPDiagnostics(Method):
     """Logs the entropy of GSP's pooling weights (see the module docstring)."""
 

@@ -56,6 +56,7 @@ from dmlkit.distributed import shard_indices
 from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.engine.objective import ObjectiveTerm
 from dmlkit.methods.base import BuildContext, Method
+from dmlkit.methods.registry import register_method
 from dmlkit.validation import is_int
 
 if TYPE_CHECKING:
@@ -203,6 +204,7 @@ class CenterInit(Callback):
         return sums, counts
 
 
+@register_method("sft", settings=SFTConfig)
 class SFT(Method):
     """Feature augmentation of the SFT paper (``methods.sft`` section)."""
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from dmlkit.engine.warmup_config import WarmupConfig
 from dmlkit.engine.callbacks import Callback, TrainerView
 from dmlkit.methods.base import Method
+from dmlkit.methods.registry import register_method
 
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
@@ -43,6 +45,7 @@ class HeadWarmup(Callback):
             self._apply(trainer)
 
 
+@register_method("warmup", settings=WarmupConfig)
 class Warmup(Method):
     """``methods.warmup.steps > 0``: only the head and the objective learn for that many steps."""
 

@@ -21,9 +21,11 @@ import torch
 from torch import nn
 
 from dmlkit.seeding import make_generator
+from dmlkit.losses.zero_shot_config import ZeroShotConfig
 from dmlkit.engine.objective import ObjectiveTerm
 from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
 from dmlkit.methods.base import BuildContext, Method
+from dmlkit.methods.registry import register_method
 
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
@@ -53,6 +55,7 @@ class ZeroShotTerm(ObjectiveTerm):
         return self.loss(plan, labels, generator)
 
 
+@register_method("zero_shot", settings=ZeroShotConfig)
 class ZeroShot(Method):
     """``(1 - lam) L_DML + lam L_ZS`` (Eq. 5.2.5) for a run whose pooling is GSP."""
 
