@@ -211,7 +211,7 @@ def build_trainer(
 ) -> Trainer:
     """A trainer for a new run of ``cfg`` in ``run_dir`` (default ``output_dir/name``)."""
     run_dir = default_run_dir(cfg) if run_dir is None else run_dir
-    check_training_extras(cfg.eval, cfg.plots)  # before the data are read (the trainer checks again)
+    check_training_extras(cfg.eval, cfg.plots, cfg.train.tensorboard)  # before the data are read (the trainer checks again)
     pin_threads(cfg.train.threads)  # before the parts are built: every computation of the run uses them
     return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet)
 
@@ -224,7 +224,7 @@ def resume_trainer(run_dir: str | Path, callbacks: Sequence[Callback] = (), quie
     folder = RunFolder(run_dir)
     folder.check_started()
     cfg = load_config(folder.config)
-    check_training_extras(cfg.eval, cfg.plots)
+    check_training_extras(cfg.eval, cfg.plots, cfg.train.tensorboard)
     pin_threads(cfg.train.threads)
     # the classes the run started with; its config.yaml (rewritten by a restart from step 0) stays as it was
     parts = dataclasses.replace(build_run(with_split_record(cfg, folder.path)), config_text=dump_config(cfg))

@@ -3,7 +3,7 @@
 - ``training``: ``train`` (a config into a run folder), ``pretrain`` (a named backbone), ``floors`` (scores
   before training), ``evaluate`` (a run's checkpoint on a split);
 - ``tables``: ``protocol`` (configs x seeds [x backbones] -> tables), ``sweep`` (a grid of overrides),
-  ``report`` (HTML page of runs), ``gallery`` (queries and neighbours);
+  ``report`` (HTML page of runs), ``gallery`` (queries and neighbours), ``tensorboard`` (the embedding projector);
 - ``tune``: ``tune`` (a hyperparameter study on Optuna);
 - ``data``: ``data list`` / ``data prepare`` / ``data draws``;
 - ``search``: ``embed``, ``index build``, ``search``, ``export``, ``serve``;

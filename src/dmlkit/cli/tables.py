@@ -1,5 +1,5 @@
-"""``dmlkit protocol``, ``sweep``, ``report`` and ``gallery``: runs compared and shown (the lab's ``geometry`` is
-``dmlkit_lab.commands``)."""
+"""``dmlkit protocol``, ``sweep``, ``report``, ``gallery`` and ``tensorboard``: runs compared and shown (the lab's
+``geometry`` is ``dmlkit_lab.commands``)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,13 @@ def _gallery_arguments(gallery: argparse.ArgumentParser) -> None:
     gallery.add_argument("--split", default="test", help="dataset split to search (default: test)")
 
 
+def _tensorboard_arguments(tensorboard: argparse.ArgumentParser) -> None:
+    tensorboard.add_argument("run", metavar="RUN_DIR", help="a finished run folder")
+    tensorboard.add_argument("--split", default="test", help="dataset split to embed (default: test)")
+    tensorboard.add_argument("--max-images", type=int, default=2000, metavar="N",
+                             help="embed at most N images of the split, drawn with the run's seed (default: 2000)")
+
+
 def _cmd_protocol(args: argparse.Namespace) -> int:
     from dmlkit.protocols import run_protocol
 
@@ -98,6 +105,18 @@ def _cmd_gallery(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tensorboard(args: argparse.Namespace) -> int:
+    import shlex
+
+    from dmlkit.report.projector import write_projector
+
+    written = write_projector(args.run, split=args.split, max_images=args.max_images)
+    print(f"projector: {written.folder} ({written.images} {args.split} images, {written.dim} dimensions, "
+          f"{written.checkpoint.name})")
+    print(f"tensorboard --logdir {shlex.quote(str(written.folder.parent))}")
+    return 0
+
+
 COMMANDS = {
     "protocol": ("run a protocol (conventional, holdout, fair) for configs over seeds and write a results table",
                  _protocol_arguments, _cmd_protocol),
@@ -107,4 +126,6 @@ COMMANDS = {
 LATER = {  # after data in the command list
     "report": ("write a self-contained HTML page comparing run folders", _report_arguments, _cmd_report),
     "gallery": ("draw test queries with their nearest neighbours (green: same class)", _gallery_arguments, _cmd_gallery),
+    "tensorboard": ("write a run's embeddings of a split, with labels and images, for TensorBoard's projector",
+                    _tensorboard_arguments, _cmd_tensorboard),
 }

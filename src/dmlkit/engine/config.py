@@ -20,6 +20,9 @@ class TrainConfig:
     uses ``m_per_class``; ``fastap_random`` / ``fastap_hard`` take ``sampler_params``). The head-only
     warm-up is a training method: ``methods.warmup.steps`` (``dmlkit.config_migration`` reads
     ``train.warmup_steps`` of stored run records as it).
+    ``tensorboard: true`` also writes the training loss (and its named terms), the learning rate, every
+    validation metric and the final test metrics as TensorBoard scalars into ``RUN/tensorboard/`` while the
+    run trains (``engine/tensorboard.py``; the ``tensorboard`` extra).
     """
 
     optimizer: str = "adam"
@@ -50,6 +53,7 @@ class TrainConfig:
     threads: int | None = None  # intra-op CPU threads of the run (engine/threads.py); null: the shell's
     channels_last: bool = False  # the model and its input batches in NHWC memory layout (engine/execution.py)
     compile: bool = False  # torch.compile the model before training (engine/execution.py)
+    tensorboard: bool = False  # TensorBoard scalars in RUN/tensorboard/ as the run trains (engine/tensorboard.py)
 
     def __post_init__(self) -> None:
         check_train_values(self)

@@ -22,14 +22,17 @@ from dmlkit.engine.config import EvalConfig, TrainConfig
 from dmlkit.extras import require, require_all
 
 
-def check_training_extras(evaluation: EvalConfig, plots: bool) -> None:
+def check_training_extras(evaluation: EvalConfig, plots: bool, tensorboard: bool = False) -> None:
     """Before a run starts: the packages it will need are installed, or one error lists the extras to install
-    (``train`` always; ``faiss`` for ``eval.clustering``; ``plots`` for ``plots``), so no run fails at its end."""
+    (``train`` always; ``faiss`` for ``eval.clustering``; ``plots`` for ``plots``; ``tensorboard`` for
+    ``train.tensorboard``), so no run fails at its end."""
     needs = [("lightning", "train", "the training loop (Lightning Fabric)"), ("rich", "train", "the progress bar")]
     if evaluation.clustering:
         needs.append(("faiss", "faiss", "eval.clustering (NMI and F1 of faiss k-means; or set eval.clustering=false)"))
     if plots:
         needs.append(("matplotlib", "plots", "the run's plots (or set plots=false)"))
+    if tensorboard:
+        needs.append(("tensorboard", "tensorboard", "train.tensorboard (or set train.tensorboard=false)"))
     require_all(needs, "dmlkit training")
 
 

@@ -24,7 +24,7 @@ from dmlkit.io import remove_stale_temporaries
 MIN_FREE_BYTES = 200 * 2**20
 
 #: What a run writes before its first ``last.pt`` (``best.pt`` aside): a folder holding only these can start again.
-BEFORE_FIRST_CHECKPOINT = frozenset({"config.yaml", "metrics.jsonl", "environment.json", ".lock"})
+BEFORE_FIRST_CHECKPOINT = frozenset({"config.yaml", "metrics.jsonl", "environment.json", "tensorboard", ".lock"})
 
 
 def saved_config_folder(config_path: str | Path) -> Path | None:
@@ -50,6 +50,7 @@ class RunFolder:
     summary = property(lambda self: self.path / "summary.json")
     plots = property(lambda self: self.path / "plots")
     environment = property(lambda self: self.path / "environment.json")
+    tensorboard = property(lambda self: self.path / "tensorboard")  # train.tensorboard's events, dmlkit tensorboard's projector
 
     def start_new(self, config_text: str, own_config: bool = False, records: tuple[str, ...] = ()) -> None:
         """Create and lock the folder of a fresh run and clear what an unstarted run left; refuse to overwrite a run.
@@ -107,6 +108,7 @@ class RunFolder:
         )
         for leftover in (self.metrics, self.environment, *(self.path / name for name in records)):
             leftover.unlink(missing_ok=True)
+        shutil.rmtree(self.tensorboard, ignore_errors=True)  # its events are of the steps trained again
 
     def _last_logged_step(self) -> str:
         step = None

@@ -40,6 +40,7 @@ from dmlkit.engine.progress import TrainingProgress
 from dmlkit.engine.resume import finished_summary, kept_checkpoint, open_run_folder, peer_lost, record_resume, resume_command
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
+from dmlkit.engine.tensorboard import TensorBoardLogger
 from dmlkit.engine.train_loader import EpochLoader
 from dmlkit.engine.weight_decay import exclude_from_weight_decay
 from dmlkit.evaluation.retrieval import metric_names
@@ -81,10 +82,11 @@ class Trainer:
         check_val_metric(train, evaluation, metric_names(evaluation.ks))  # before the run folder is made
         check_precision(train)
         check_execution(parts.model, train.channels_last, train.compile)
-        check_training_extras(evaluation, parts.plots)
+        check_training_extras(evaluation, parts.plots, train.tensorboard)
         self.train_cfg, self.eval_cfg, self.parts = train, evaluation, parts
         self.folder = RunFolder(run_dir)
-        self.callbacks = [*parts.callbacks, *callbacks]
+        # the TensorBoard logger comes last, so it sees what the other callbacks add to a step's outputs
+        self.callbacks = [*parts.callbacks, *callbacks, *([TensorBoardLogger(train.log_every)] if train.tensorboard else [])]
         self.quiet = quiet
         self.resuming = resuming
         self.plots = parts.plots

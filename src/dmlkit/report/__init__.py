@@ -2,6 +2,7 @@
 
 - ``build_report(run_dirs, out)``: the self-contained page of ``dmlkit report`` (``html``);
 - ``run_gallery(run_dir, out)``: the gallery of ``dmlkit gallery`` (``gallery``);
+- ``write_projector(run_dir, split)``: a split's embeddings for TensorBoard's projector, ``dmlkit tensorboard`` (``projector``);
 - ``load_run`` / ``group_runs`` / ``config_differences``: reading and comparing run folders (``runs``);
 - ``run_diagnostics(run_dir)``: ``dmlkit evaluate --diagnostics`` (``diagnostics``; the lab adds the SFT geometry).
 
