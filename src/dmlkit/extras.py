@@ -8,7 +8,7 @@ metrics of exact search. Everything else is an extra (``pyproject.toml``):
 - ``faiss``: faiss-cpu -- k-means of the clustering metrics (NMI, F1) and approximate evaluation at large N;
 - ``search``: faiss-cpu, rich -- ``dmlkit embed``, ``index build``, ``search``;
 - ``plots``: matplotlib -- plots, reports, galleries, and the glyph datasets (drawn from matplotlib's fonts);
-- ``serve``, ``export``, ``timm``, ``tune``; ``all``: every extra but ``timm``.
+- ``serve``, ``export``, ``timm``, ``tune``, ``tensorboard``; ``all``: every extra but ``timm``.
 
 Code that needs one of these packages imports it through :func:`require` where it is used (inside the function,
 or at the top of a module that is only imported where the package is needed), so that the components import
