@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dmlkit.registry import Registry
+
 __all__ = ["RetrievalMetric", "register_retrieval_metric", "retrieval_metric_list", "unregister_retrieval_metric"]
 
 MetricFunction = Callable[..., np.ndarray]
@@ -52,7 +54,7 @@ class RetrievalMetric:
         return [self.function(match, big_r)]
 
 
-_METRICS: dict[str, RetrievalMetric] = {}
+_METRICS: Registry[RetrievalMetric] = Registry("retrieval metric")  # registration order: the order computed
 
 
 def register_retrieval_metric(name: str, *, per_k: bool = False, short: str = "") -> Callable[[MetricFunction], MetricFunction]:
@@ -70,7 +72,7 @@ def register_retrieval_metric(name: str, *, per_k: bool = False, short: str = ""
     def add(function: MetricFunction) -> MetricFunction:
         if name in _METRICS:
             raise ValueError(f"retrieval metric '{name}' is registered twice; unregister_retrieval_metric('{name}') first")
-        _METRICS[name] = RetrievalMetric(name, function, per_k, short or name)
+        _METRICS.register(name, RetrievalMetric(name, function, per_k, short or name))
         return function
 
     return add
@@ -79,10 +81,10 @@ def register_retrieval_metric(name: str, *, per_k: bool = False, short: str = ""
 def unregister_retrieval_metric(name: str) -> None:
     """Remove the metric ``name`` (e.g. a test's or a notebook's own); an unknown name is an error."""
     if name not in _METRICS:
-        raise ValueError(f"no retrieval metric '{name}' is registered; registered: {', '.join(_METRICS)}")
-    del _METRICS[name]
+        raise ValueError(f"no retrieval metric '{name}' is registered; registered: {', '.join(_METRICS.in_order())}")
+    _METRICS.unregister(name)
 
 
 def retrieval_metric_list() -> list[RetrievalMetric]:
     """The registered metrics, in registration order (the built-ins first)."""
-    return list(_METRICS.values())
+    return [_METRICS.get(name) for name in _METRICS.in_order()]

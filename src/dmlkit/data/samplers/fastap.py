@@ -71,7 +71,9 @@ from dmlkit.data.samplers.class_pool import (
     ClassPool, ClassStream, as_labels, check_optional_positive_int, check_positive_int,
 )
 from dmlkit.data.samplers.m_per_class import EpochBatchSampler
+from dmlkit.data.samplers.registry import register_batch_sampler
 from dmlkit.data.seeding import check_seed, make_generator
+from dmlkit.registry import check_kwargs
 
 __all__ = ["FEW_CLASSES", "RandomClassBatchSampler", "HardCategoryBatchSampler", "few_classes_warning"]
 
@@ -372,3 +374,15 @@ class HardCategoryBatchSampler(EpochBatchSampler):
         for a, b in self._plan(g):
             out.append(self.pool.fill(streams[a], g, half) + self.pool.fill(streams[b], g, half))
         return out
+
+
+@register_batch_sampler("fastap_random")
+def fastap_random(dataset: Any, batch_size: int, seed: int = 0, **params: Any) -> RandomClassBatchSampler:
+    check_kwargs(RandomClassBatchSampler, params, "batch sampler 'fastap_random'")
+    return RandomClassBatchSampler.from_dataset(dataset, batch_size, seed=seed, **params)
+
+
+@register_batch_sampler("fastap_hard")
+def fastap_hard(dataset: Any, batch_size: int, seed: int = 0, **params: Any) -> HardCategoryBatchSampler:
+    check_kwargs(HardCategoryBatchSampler, params, "batch sampler 'fastap_hard'")
+    return HardCategoryBatchSampler.from_dataset(dataset, batch_size, seed=seed, **params)

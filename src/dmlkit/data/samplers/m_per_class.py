@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Sampler
 
+from dmlkit.data.samplers.registry import register_batch_sampler
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.validation import is_int
 
@@ -181,3 +182,10 @@ class MPerClassBatchSampler(EpochBatchSampler):
         weights = self._counts.double()
         while True:
             yield torch.multinomial(weights, self.classes_per_batch, replacement=False, generator=g).tolist()
+
+
+@register_batch_sampler("m_per_class")
+def m_per_class(dataset: Any, batch_size: int, seed: int = 0, m: int = 4, batches_per_epoch: int | None = None,
+                class_draw: str = "balanced") -> MPerClassBatchSampler:
+    return MPerClassBatchSampler(dataset.labels, batch_size, m, seed=seed, batches_per_epoch=batches_per_epoch,
+                                 class_draw=class_draw)

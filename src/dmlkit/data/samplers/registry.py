@@ -6,37 +6,32 @@
 - ``fastap_random``: FastAP's "Random" sampling, whole classes until the batch is full;
 - ``fastap_hard``: FastAP's "Hard" sampling, two super-categories per batch, half each
   (``unlabelled="pair"`` for the VehicleID variant).
-All are seeded by ``(seed, epoch)`` and resume through ``state_dict``.
+All are seeded by ``(seed, epoch)`` and resume through ``state_dict``. Each is registered beside its class with
+``@register_batch_sampler(name)`` on a ``factory(dataset, batch_size, seed=0, **params)``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
-from dmlkit.data.samplers.fastap import HardCategoryBatchSampler, RandomClassBatchSampler
-from dmlkit.data.samplers.m_per_class import MPerClassBatchSampler
-from dmlkit.registry import Registry, check_kwargs
+from dmlkit.registry import Registry, import_submodules
 
-BATCH_SAMPLERS: Registry = Registry("batch sampler")
-
-
-@BATCH_SAMPLERS.register("m_per_class")
-def m_per_class(dataset: Any, batch_size: int, seed: int = 0, m: int = 4, batches_per_epoch: int | None = None,
-                class_draw: str = "balanced"):
-    return MPerClassBatchSampler(dataset.labels, batch_size, m, seed=seed, batches_per_epoch=batches_per_epoch,
-                                 class_draw=class_draw)
+__all__ = ["BATCH_SAMPLERS", "create_batch_sampler", "list_batch_samplers", "register_batch_sampler"]
 
 
-@BATCH_SAMPLERS.register("fastap_random")
-def fastap_random(dataset: Any, batch_size: int, seed: int = 0, **params: Any):
-    check_kwargs(RandomClassBatchSampler, params, "batch sampler 'fastap_random'")
-    return RandomClassBatchSampler.from_dataset(dataset, batch_size, seed=seed, **params)
+def _import_samplers() -> None:
+    """Import every module of ``dmlkit.data.samplers``, so that their ``register_batch_sampler`` run."""
+    import_submodules(__name__.rpartition(".")[0], [str(Path(__file__).parent)])
 
 
-@BATCH_SAMPLERS.register("fastap_hard")
-def fastap_hard(dataset: Any, batch_size: int, seed: int = 0, **params: Any):
-    check_kwargs(HardCategoryBatchSampler, params, "batch sampler 'fastap_hard'")
-    return HardCategoryBatchSampler.from_dataset(dataset, batch_size, seed=seed, **params)
+# Filled on the first lookup: each sampler registers itself beside its class.
+BATCH_SAMPLERS: Registry = Registry("batch sampler", populate=_import_samplers)
+
+
+def register_batch_sampler(name: str) -> Callable:
+    """Decorator registering ``factory(dataset, batch_size, seed=0, **params)`` as the batch sampler ``name``."""
+    return BATCH_SAMPLERS.register(name)
 
 
 def create_batch_sampler(name: str, dataset: Any, batch_size: int, seed: int = 0, **params: Any):
