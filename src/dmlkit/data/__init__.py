@@ -20,7 +20,7 @@ Nothing here imports model or training code.
 """
 
 from dmlkit.data.datasets.base import DMLDataset, check_dataset, no_categories
-from dmlkit.data.samplers.registry import create_batch_sampler, list_batch_samplers
+from dmlkit.data.samplers.registry import create_batch_sampler, list_batch_samplers, register_batch_sampler
 from dmlkit.data.cache import cache_root
 from dmlkit.data.catalog import (
     DATASETS,
@@ -29,6 +29,7 @@ from dmlkit.data.catalog import (
     dataset_splits,
     list_datasets,
     prepare_dataset,
+    register_dataset,
 )
 from dmlkit.data.config import DataConfig
 from dmlkit.data.datasets.glyphs import GLYPHS_MEAN, GLYPHS_STD, GlyphsDataset, glyphs_cache_path, prepare_glyphs
@@ -40,6 +41,8 @@ from dmlkit.data.transforms.glyph_augment import GlyphAugment, GlyphAugmentConfi
 __all__ = [
     "create_batch_sampler",
     "list_batch_samplers",
+    "register_batch_sampler",
+    "register_dataset",
     "DATASETS",
     "DMLDataset",
     "DataConfig",

@@ -1,10 +1,10 @@
 """The dataset registry: ``create_dataset(name, split, ...)``, ``list_datasets()``, ``prepare_dataset(name)``.
 
-A dataset registers its ``DMLDataset`` subclass under a name; the class names
-its splits in ``SPLITS`` and makes its data available in ``prepare``. Adding a
-dataset = one ``DATASETS.register(...)`` line below (or, from a plug-in, one call: the lab's testbeds
-``glyphs_testbed``, ``font_glyphs`` and ``glyph_collage`` are registered by ``dmlkit_lab``'s, which the registry
-imports when a name is not found here).
+A dataset registers its ``DMLDataset`` subclass under a name with ``@register_dataset(name)``
+(``datasets/registry.py``); the class names its splits in ``SPLITS`` and makes its data available in ``prepare``.
+Adding a dataset = one file in ``datasets/`` with that decorator (or, from a plug-in, the same decorator: the
+lab's testbeds ``glyphs_testbed``, ``font_glyphs`` and ``glyph_collage`` are registered by ``dmlkit_lab``'s, which
+the registry imports when a name is not found here).
 """
 
 from __future__ import annotations
@@ -15,33 +15,11 @@ from typing import Any
 
 from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.config import DataConfig
-from dmlkit.data.datasets.glyphs import GlyphsDataset
-from dmlkit.data.datasets.image_folder import ImageFolderDataset
-from dmlkit.data.datasets.cars import CarsDataset
-from dmlkit.data.datasets.cifar import CIFAR10Dataset, CIFAR100Dataset
-from dmlkit.data.datasets.cub import CUBDataset
-from dmlkit.data.datasets.fashion_mnist import FashionMNISTDataset
-from dmlkit.data.datasets.inshop import InShopDataset
-from dmlkit.data.datasets.mnist import MNISTDataset
-from dmlkit.data.datasets.sop import SOPDataset
-from dmlkit.data.datasets.vehicleid import VehicleIDDataset
+from dmlkit.data.datasets.registry import DATASETS, register_dataset  # noqa: F401 (also reached from here)
 from dmlkit.data.long_tail import cut_long_tail
 from dmlkit.data.splits import class_disjoint_split, class_fold_split, subset_classes
-from dmlkit.registry import Registry, check_kwargs
+from dmlkit.registry import check_kwargs
 from dmlkit.validation import is_int
-
-DATASETS: Registry[DMLDataset] = Registry("dataset", plugins=True)  # the lab's testbeds come from its plug-in
-DATASETS.register("glyphs", GlyphsDataset)
-DATASETS.register("image_folder", ImageFolderDataset)
-DATASETS.register("cub", CUBDataset)
-DATASETS.register("cars", CarsDataset)
-DATASETS.register("sop", SOPDataset)
-DATASETS.register("inshop", InShopDataset)
-DATASETS.register("vehicleid", VehicleIDDataset)
-DATASETS.register("mnist", MNISTDataset)
-DATASETS.register("fashion_mnist", FashionMNISTDataset)
-DATASETS.register("cifar10", CIFAR10Dataset)
-DATASETS.register("cifar100", CIFAR100Dataset)
 
 
 def list_datasets() -> list[str]:

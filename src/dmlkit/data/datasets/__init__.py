@@ -1,4 +1,5 @@
-"""The datasets: each file is one dataset (or one base that several share), registered by name in ``dmlkit.data.catalog``.
+"""The datasets: each file is one dataset (or one base that several share), registered by name with
+``@register_dataset`` (``registry``; ``dmlkit.data.catalog`` builds on it).
 
 - ``base``: ``DMLDataset``, the interface every dataset follows, and ``check_dataset``;
 - ``glyphs``: the embedded default dataset, built by ``glyph_render`` (fonts and rendering one font),

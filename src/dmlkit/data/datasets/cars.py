@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, first_half_split
+from dmlkit.data.datasets.registry import register_dataset
 
 HOW_TO_GET_CARS = (
     "Download car_ims.tgz and cars_annos.mat of Stanford Cars (https://ai.stanford.edu/~jkrause/cars/car_dataset.html, "
@@ -56,6 +57,7 @@ def _field(records: Any, name: str, path: Path) -> list[Any]:
     return [array[i][name] for i in range(array.shape[0])]
 
 
+@register_dataset("cars")
 class CarsDataset(ImageListDataset):
     """Cars196, class-disjoint halves ``train`` (classes 1-98) and ``test`` (99-196)."""
 

@@ -29,6 +29,7 @@ import numpy as np
 from dmlkit.data.datasets.array_images import ArrayImageDataset, ImageArrays
 from dmlkit.data.cache import dataset_dir
 from dmlkit.data.downloads import RemoteFile, ensure_file, extract_tar
+from dmlkit.data.datasets.registry import register_dataset
 
 __all__ = ["CIFAR10Dataset", "CIFAR100Dataset", "load_pickle"]
 
@@ -122,6 +123,7 @@ class _CIFARBase(ArrayImageDataset):
         return ImageArrays(images, labels, _names(meta["label_names"]))
 
 
+@register_dataset("cifar10")
 class CIFAR10Dataset(_CIFARBase):
     """CIFAR-10, 10 classes, no categories; see the module docstring."""
 
@@ -138,6 +140,7 @@ class CIFAR10Dataset(_CIFARBase):
     )
 
 
+@register_dataset("cifar100")
 class CIFAR100Dataset(_CIFARBase):
     """CIFAR-100, 100 classes in 20 super-class categories; see the module docstring."""
 

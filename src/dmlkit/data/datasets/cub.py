@@ -18,8 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, first_half_split, parse_int, read_rows
+from dmlkit.data.datasets.registry import register_dataset
 
 
+@register_dataset("cub")
 class CUBDataset(ImageListDataset):
     """CUB-200-2011, class-disjoint halves ``train`` (classes 1-100) and ``test`` (101-200)."""
 

@@ -15,10 +15,12 @@ from pathlib import Path
 
 from dmlkit.data.cache import dataset_dir
 from dmlkit.data.datasets.mnist import IDX_NAMES, IdxDataset, mnist_files
+from dmlkit.data.datasets.registry import register_dataset
 
 DEBIAN_FOLDER = Path("/usr/share/datasets/fashion-mnist")
 
 
+@register_dataset("fashion_mnist")
 class FashionMNISTDataset(IdxDataset):
     """Fashion-MNIST, official ``train`` / ``test``; see the module docstring."""
 

@@ -44,6 +44,7 @@ from dmlkit.data.datasets.stored_images import GLYPHS_MEAN, GLYPHS_STD, StoredGl
 from dmlkit.data.seeding import check_seed
 from dmlkit.data.transforms.glyph_augment import GlyphAugmentConfig
 from dmlkit.validation import is_int
+from dmlkit.data.datasets.registry import register_dataset
 
 
 def split_class_range(num_classes: int, split: str) -> tuple[int, int]:
@@ -56,6 +57,7 @@ def split_class_range(num_classes: int, split: str) -> tuple[int, int]:
     raise ValueError(f"unknown glyphs split '{split}'; valid splits are: {', '.join(GlyphsDataset.SPLITS)}")
 
 
+@register_dataset("glyphs")
 class GlyphsDataset(StoredGlyphImages):
     """Split ``split`` of the glyphs dataset (see the module docstring).
 

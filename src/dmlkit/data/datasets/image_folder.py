@@ -36,6 +36,7 @@ from dmlkit.data.datasets.folder_layout import IMAGE_SUFFIXES, class_folders, fo
 from dmlkit.data.transforms.eval_preprocess import ImagePreprocess
 from dmlkit.data.seeding import make_generator
 from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices, unreadable_message
+from dmlkit.data.datasets.registry import register_dataset
 
 __all__ = ["IMAGE_SUFFIXES", "ImageFolderDataset", "scan_split"]
 
@@ -75,6 +76,7 @@ def _mild_random_crop_corners(width: int, height: int, generator: torch.Generato
     return left, top, left + w, top + h
 
 
+@register_dataset("image_folder")
 class ImageFolderDataset(DMLDataset):
     """Images from ``root/<class>/`` (split here) or ``root/<split>/<class>/``; see the module docstring.
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, read_rows, relabel
+from dmlkit.data.datasets.registry import register_dataset
 
 EVAL_FILE = "Eval/list_eval_partition.txt"
 
@@ -31,6 +32,7 @@ def clothes_category(relative_path: str) -> str:
     return "/".join(parts[1:3]) if len(parts) >= 4 else "unknown"
 
 
+@register_dataset("inshop")
 class InShopDataset(ImageListDataset):
     """In-shop Clothes Retrieval: ``train``, and ``query`` / ``gallery`` with shared labels."""
 

@@ -25,6 +25,7 @@ import numpy as np
 from dmlkit.data.datasets.array_images import ArrayImageDataset, ImageArrays
 from dmlkit.data.cache import dataset_dir
 from dmlkit.data.downloads import RemoteFile, ensure_file
+from dmlkit.data.datasets.registry import register_dataset
 
 __all__ = ["MNISTDataset", "read_idx", "mnist_files"]
 
@@ -92,6 +93,7 @@ class IdxDataset(ArrayImageDataset):
         return folder
 
 
+@register_dataset("mnist")
 class MNISTDataset(IdxDataset):
     """MNIST digits, official ``train`` / ``test``; see the module docstring."""
 

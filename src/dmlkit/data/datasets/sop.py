@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, parse_int, read_rows, relabel
+from dmlkit.data.datasets.registry import register_dataset
 
 
 def super_class_name(relative_path: str) -> str:
@@ -27,6 +28,7 @@ def super_class_name(relative_path: str) -> str:
     return head[: -len("_final")] if head.endswith("_final") else head
 
 
+@register_dataset("sop")
 class SOPDataset(ImageListDataset):
     """Stanford Online Products, ``train`` / ``test`` from ``Ebay_train.txt`` / ``Ebay_test.txt``."""
 

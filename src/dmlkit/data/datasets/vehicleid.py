@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dmlkit.data.datasets.image_list import AnnotatedSplit, ImageListDataset, parse_int, read_rows, relabel
+from dmlkit.data.datasets.registry import register_dataset
 
 SPLIT_FILES = {
     "train": "train_test_split/train_list.txt",
@@ -31,6 +32,7 @@ SPLIT_FILES = {
 MODEL_FILE = "attribute/model_attr.txt"
 
 
+@register_dataset("vehicleid")
 class VehicleIDDataset(ImageListDataset):
     """PKU VehicleID: ``train`` and the small / medium / large test lists; models as categories."""
 

@@ -13,7 +13,8 @@ All are seeded by ``(seed, epoch)`` and resume through ``state_dict``. Each is r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dmlkit.registry import Registry, import_submodules
 
