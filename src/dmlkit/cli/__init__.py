@@ -30,14 +30,25 @@ from dmlkit.cli.tools import BENCHMARKS
 from dmlkit.cli.training import print_summary
 from dmlkit.interrupts import RunsInterrupted, StudyInterrupted
 
-__all__ = ["BENCHMARKS", "COMMANDS", "COMMAND_GROUP", "all_commands", "main", "print_summary"]
+__all__ = ["BENCHMARKS", "COMMANDS", "COMMAND_GROUP", "ORDER", "all_commands", "main", "print_summary"]
 
 Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 COMMAND_GROUP = "dmlkit.commands"
 
+#: The order ``dmlkit --help`` lists the commands in: from a config to a run, then looking at runs, then serving.
+ORDER = ("train", "pretrain", "floors", "evaluate", "protocol", "sweep", "tune", "data", "report", "gallery", "tensorboard",
+         "embed", "index", "search", "export", "serve", "bench")
+
+
+def _in_order(*modules: Any) -> dict[str, Command]:
+    found = {name: entry for module in modules for name, entry in module.COMMANDS.items()}
+    if sorted(found) != sorted(ORDER):
+        raise RuntimeError(f"dmlkit.cli.ORDER must list every command once: {sorted(found)} vs {sorted(ORDER)}")
+    return {name: found[name] for name in ORDER}
+
+
 #: Every sub-command in the order ``dmlkit --help`` lists them.
-COMMANDS: dict[str, Command] = {**training.COMMANDS, **tables.COMMANDS, **tune.COMMANDS, **data.COMMANDS, **tables.LATER, **search.COMMANDS,
-                                **tools.COMMANDS}
+COMMANDS: dict[str, Command] = _in_order(training, tables, tune, data, search, tools)
 
 
 @functools.cache

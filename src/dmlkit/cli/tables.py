@@ -122,8 +122,6 @@ COMMANDS = {
                  _protocol_arguments, _cmd_protocol),
     "sweep": ("train configs over a grid of overrides and seeds; write a table and a line / heat-map figure",
               _sweep_arguments, _cmd_sweep),
-}
-LATER = {  # after data in the command list
     "report": ("write a self-contained HTML page comparing run folders", _report_arguments, _cmd_report),
     "gallery": ("draw test queries with their nearest neighbours (green: same class)", _gallery_arguments, _cmd_gallery),
     "tensorboard": ("write a run's embeddings of a split, with labels and images, for TensorBoard's projector",
