@@ -100,12 +100,18 @@ def test_a_plugin_method_trains_from_the_command_line(tmp_path):
     sets = [a for o in overrides for a in ("--set", o)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "dmlkit", "train", "configs/quickstart.yaml", *sets,
-                           "--import", str(tmp_path / "toy_method.py"), "--run-dir", str(run), "--quiet"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+
+    def dmlkit(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "dmlkit", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600, check=False)
+
+    done = dmlkit("train", "configs/quickstart.yaml", *sets, "--import", str(tmp_path / "toy_method.py"),
+                  "--run-dir", str(run), "--quiet")
     assert done.returncode == 0, done.stderr[-2000:]
     train = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in train if r["split"] == "train"]
     assert len(train) == 2 and all(r["loss/toy"] == pytest.approx(0.25) for r in train)
     assert all(r["loss"] == pytest.approx(r["loss/metric"] + 0.25, rel=1e-6) for r in train)
     assert yaml.safe_load((run / "config.yaml").read_text())["methods"]["toy"] == {"weight": 0.25}
+    evaluated = dmlkit("evaluate", str(run))  # the saved config imports the plug-in again
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
