@@ -78,7 +78,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = [
-    "MIB", "ROOT", "Measurement", "interleaved", "main", "measure", "median_time", "parser", "run_worker", "table",
+    "MIB",
+    "ROOT",
+    "Measurement",
+    "interleaved",
+    "main",
+    "measure",
+    "median_time",
+    "parser",
+    "run_worker",
+    "table",
 ]
 
 #: The repository root (the folder holding ``benchmarks/``, ``src/`` and ``configs/``).

@@ -71,7 +71,11 @@ def time_steps(
     # interleaved, so that drift of a shared machine hits both alike
     times = h.interleaved({"plain": plain, "ccp": ccp}, repeats, warmup, sync=_sync(device))
     ratio = statistics.median(c / p for p, c in zip(times["plain"], times["ccp"]))
-    return {"plain_s": statistics.median(times["plain"]), "ccp_s": statistics.median(times["ccp"]), "overhead": ratio - 1}
+    return {
+        "plain_s": statistics.median(times["plain"]),
+        "ccp_s": statistics.median(times["ccp"]),
+        "overhead": ratio - 1,
+    }
 
 
 def time_reinit(
@@ -92,34 +96,57 @@ def time_reinit(
     return {"batched_s": batched, "loop_s": looped, "speedup": looped / batched}
 
 
-def run(batch: int = 32, classes: int = 100, proxies: int = 8, lam: float = 2e-4, reinit_classes: int = 1000,
-        pool: int = 12, dim: int = 128, repeats: int = 10, warmup: int = 3, seed: int = 0,
-        device: str = "cpu") -> dict[str, Any]:
+def run(
+    batch: int = 32,
+    classes: int = 100,
+    proxies: int = 8,
+    lam: float = 2e-4,
+    reinit_classes: int = 1000,
+    pool: int = 12,
+    dim: int = 128,
+    repeats: int = 10,
+    warmup: int = 3,
+    seed: int = 0,
+    device: str = "cpu",
+) -> dict[str, Any]:
     return {
-        "batch": batch, "classes": classes, "proxies": proxies, "threads": torch.get_num_threads(), "repeats": repeats,
+        "batch": batch,
+        "classes": classes,
+        "proxies": proxies,
+        "threads": torch.get_num_threads(),
+        "repeats": repeats,
         "device": device,
         "step": time_steps(batch, classes, proxies, lam, repeats, warmup, seed, device),
-        "reinit": {"classes": reinit_classes, "pool": pool, "dim": dim,
-                   **time_reinit(reinit_classes, pool, proxies, dim, repeats, seed, device)},
+        "reinit": {
+            "classes": reinit_classes,
+            "pool": pool,
+            "dim": dim,
+            **time_reinit(reinit_classes, pool, proxies, dim, repeats, seed, device),
+        },
     }
 
 
 def format_table(r: dict[str, Any]) -> str:
     s, q = r["step"], r["reinit"]
-    grid = h.table(["", "ms", "ratio"], [
-        ["train step, plain loss", f"{s['plain_s'] * 1e3:.2f}", f"{1.0:.3f}"],
-        ["train step, CCP (proxies + proj.)", f"{s['ccp_s'] * 1e3:.2f}", f"{s['ccp_s'] / s['plain_s']:.3f}"],
-        ["  batched (ProxyBank.reinitialize)", f"{q['batched_s'] * 1e3:.2f}", f"{1.0:.3f}"],
-        ["  per-class loop (greedy_k_center)", f"{q['loop_s'] * 1e3:.2f}", f"{q['speedup']:.1f}"],
-    ]).splitlines()
-    return "\n".join([
-        f"CCP cost: ResNet-20, 1x32x32, batch {r['batch']}, contrastive C1, {r['classes']} classes x {r['proxies']} proxies, "
-        f"{r['device']}, {r['threads']} threads, median of {r['repeats']}",
-        *grid[:3],
-        f"step overhead of CCP (median of per-pair ratios): {s['overhead'] * 100:+.1f}% (thesis: about +8%)",
-        f"proxy re-init (k-centre), {q['classes']} classes x pool {q['pool']} at d={q['dim']}, {r['proxies']} per class:",
-        *grid[3:],
-    ])
+    grid = h.table(
+        ["", "ms", "ratio"],
+        [
+            ["train step, plain loss", f"{s['plain_s'] * 1e3:.2f}", f"{1.0:.3f}"],
+            ["train step, CCP (proxies + proj.)", f"{s['ccp_s'] * 1e3:.2f}", f"{s['ccp_s'] / s['plain_s']:.3f}"],
+            ["  batched (ProxyBank.reinitialize)", f"{q['batched_s'] * 1e3:.2f}", f"{1.0:.3f}"],
+            ["  per-class loop (greedy_k_center)", f"{q['loop_s'] * 1e3:.2f}", f"{q['speedup']:.1f}"],
+        ],
+    ).splitlines()
+    return "\n".join(
+        [
+            f"CCP cost: ResNet-20, 1x32x32, batch {r['batch']}, contrastive C1, {r['classes']} classes x {r['proxies']} proxies, "
+            f"{r['device']}, {r['threads']} threads, median of {r['repeats']}",
+            *grid[:3],
+            f"step overhead of CCP (median of per-pair ratios): {s['overhead'] * 100:+.1f}% (thesis: about +8%)",
+            f"proxy re-init (k-centre), {q['classes']} classes x pool {q['pool']} at d={q['dim']}, {r['proxies']} per class:",
+            *grid[3:],
+        ]
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -137,9 +164,21 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return h.main(_parser().parse_args(argv), lambda a: run(
-        batch=a.batch, classes=a.classes, proxies=a.proxies, reinit_classes=a.reinit_classes, pool=a.pool,
-        dim=a.dim, repeats=a.repeats, seed=a.seed, device=a.device), format_table)
+    return h.main(
+        _parser().parse_args(argv),
+        lambda a: run(
+            batch=a.batch,
+            classes=a.classes,
+            proxies=a.proxies,
+            reinit_classes=a.reinit_classes,
+            pool=a.pool,
+            dim=a.dim,
+            repeats=a.repeats,
+            seed=a.seed,
+            device=a.device,
+        ),
+        format_table,
+    )
 
 
 if __name__ == "__main__":

@@ -54,8 +54,15 @@ def _picture(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def make_jpegs(root: Path, images: int, width: int = 500, height: int = 375, per_class: int = 16, seed: int = 0,
-               test_per_class: int = 1) -> Path:
+def make_jpegs(
+    root: Path,
+    images: int,
+    width: int = 500,
+    height: int = 375,
+    per_class: int = 16,
+    seed: int = 0,
+    test_per_class: int = 1,
+) -> Path:
     """A CUB-200-2011 layout under ``root`` whose ``train`` split holds ``images`` generated JPEGs (and the
     ``test`` split as many classes of ``test_per_class`` images)."""
     from PIL import Image
@@ -86,7 +93,13 @@ def make_jpegs(root: Path, images: int, width: int = 500, height: int = 375, per
 
 
 def run(
-    images: int = 256, workers: int = 2, batch: int = 32, size: int = 227, seed: int = 0, width: int = 500, height: int = 375
+    images: int = 256,
+    workers: int = 2,
+    batch: int = 32,
+    size: int = 227,
+    seed: int = 0,
+    width: int = 500,
+    height: int = 375,
 ) -> dict[str, Any]:
     """Measure the three rates over ``images`` generated JPEGs (module docstring)."""
     import torch
@@ -151,10 +164,15 @@ def image_folder_rate(folder: Path, size: int, batch: int, workers: int) -> floa
 
     from dmlkit.data.transforms.image_crops import IMAGENET_MEAN, IMAGENET_STD
 
-    transform = transforms.Compose([
-        transforms.Resize(256), transforms.RandomResizedCrop(size, scale=(0.16, 1.0), ratio=(3 / 4, 4 / 3)),
-        transforms.RandomHorizontalFlip(), transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
-    ])
+    transform = transforms.Compose(
+        [
+            transforms.Resize(256),
+            transforms.RandomResizedCrop(size, scale=(0.16, 1.0), ratio=(3 / 4, 4 / 3)),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
     dataset = datasets.ImageFolder(str(folder), transform=transform)
     loader = DataLoader(dataset, batch_size=batch, shuffle=False, num_workers=workers, persistent_workers=workers > 0)
     sum(x.shape[0] for x, _ in loader)  # first epoch: starts the workers
@@ -166,20 +184,36 @@ def image_folder_rate(folder: Path, size: int, batch: int, workers: int) -> floa
 def format_table(r: dict[str, Any]) -> str:
     ref = r["decode_per_s"]
     first = r["loader_first_epoch_per_s"]
-    return "\n".join([
-        f"train loader with the papers' transforms: {r['images']} JPEGs {r['image_size']} (mean {r['mean_kb']:.0f} KB), "
-        f"crop {r['crop']}, batch {r['batch']}, {r['cpus']} CPUs visible",
-        h.table(["", "images/s", "vs decode"], [
-            ["decode only, 1 process (reference)", f"{ref:.1f}", f"{1.0:.2f}x"],
-            ["decode + train transform, 1 process", f"{r['transform_per_s']:.1f}", f"{r['transform_per_s'] / ref:.2f}x"],
-            [f"DataLoader, {r['workers']} workers, steady state", f"{r['loader_per_s']:.1f}",
-             f"{r['loader_per_s'] / ref:.2f}x"],
-            [f"DataLoader, {r['workers']} workers, first epoch", f"{first:.1f}", f"{first / ref:.2f}x"],
-        ]) + "   (incl. starting the workers)",
-        (f"torchvision ImageFolder, same transform and loader, steady state: {r['image_folder_per_s']:.1f} images/s; "
-         f"dmlkit / ImageFolder = {r['loader_per_s'] / r['image_folder_per_s']:.2f}x"
-         if r.get("image_folder_per_s") else "torchvision ImageFolder: not measured (torchvision is not installed here)"),
-    ])
+    return "\n".join(
+        [
+            f"train loader with the papers' transforms: {r['images']} JPEGs {r['image_size']} (mean {r['mean_kb']:.0f} KB), "
+            f"crop {r['crop']}, batch {r['batch']}, {r['cpus']} CPUs visible",
+            h.table(
+                ["", "images/s", "vs decode"],
+                [
+                    ["decode only, 1 process (reference)", f"{ref:.1f}", f"{1.0:.2f}x"],
+                    [
+                        "decode + train transform, 1 process",
+                        f"{r['transform_per_s']:.1f}",
+                        f"{r['transform_per_s'] / ref:.2f}x",
+                    ],
+                    [
+                        f"DataLoader, {r['workers']} workers, steady state",
+                        f"{r['loader_per_s']:.1f}",
+                        f"{r['loader_per_s'] / ref:.2f}x",
+                    ],
+                    [f"DataLoader, {r['workers']} workers, first epoch", f"{first:.1f}", f"{first / ref:.2f}x"],
+                ],
+            )
+            + "   (incl. starting the workers)",
+            (
+                f"torchvision ImageFolder, same transform and loader, steady state: {r['image_folder_per_s']:.1f} images/s; "
+                f"dmlkit / ImageFolder = {r['loader_per_s'] / r['image_folder_per_s']:.2f}x"
+                if r.get("image_folder_per_s")
+                else "torchvision ImageFolder: not measured (torchvision is not installed here)"
+            ),
+        ]
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -197,8 +231,9 @@ def _parser() -> argparse.ArgumentParser:
 def _run(a: argparse.Namespace) -> dict[str, Any]:
     if a.images < 2 or a.workers < 0 or a.batch < 1:
         raise SystemExit("--images must be >= 2, --workers >= 0 and --batch >= 1")
-    return run(images=a.images, workers=a.workers, batch=a.batch, size=a.size, seed=a.seed, width=a.width,
-               height=a.height)
+    return run(
+        images=a.images, workers=a.workers, batch=a.batch, size=a.size, seed=a.seed, width=a.width, height=a.height
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

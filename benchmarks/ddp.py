@@ -88,15 +88,21 @@ def _worker(rank: int, world: int, tmp: str, batch: int, steps: int, warmup: int
         flat = torch.zeros(sum(p.numel() for p in model.parameters()))
         allreduce = timed(lambda: dist.all_reduce(flat), steps)
         if rank == 0:
-            result = {"full": statistics.median(full), "local": statistics.median(local),
-                      "gather": statistics.median(gather), "allreduce": statistics.median(allreduce)}
+            result = {
+                "full": statistics.median(full),
+                "local": statistics.median(local),
+                "gather": statistics.median(gather),
+                "allreduce": statistics.median(allreduce),
+            }
             with open(os.path.join(tmp, f"result{world}.json"), "w") as fh:
                 json.dump(result, fh)
     finally:
         dist.destroy_process_group()
 
 
-def run(batch: int = 64, steps: int = 10, warmup: int = 2, threads: int = 1, worlds: tuple[int, ...] = (1, 2)) -> list[dict[str, Any]]:
+def run(
+    batch: int = 64, steps: int = 10, warmup: int = 2, threads: int = 1, worlds: tuple[int, ...] = (1, 2)
+) -> list[dict[str, Any]]:
     """One row per process count: step time, steps/s, samples/s, speed-up vs the first row, communication share."""
     import torch.multiprocessing as mp
 
@@ -108,33 +114,59 @@ def run(batch: int = 64, steps: int = 10, warmup: int = 2, threads: int = 1, wor
             mp.spawn(_worker, args=(world, tmp, batch, steps, warmup, threads), nprocs=world, join=True)
             with open(os.path.join(tmp, f"result{world}.json")) as fh:
                 r = json.load(fh)
-            rows.append({
-                "processes": world,
-                "global_batch": batch,
-                "step_s": r["full"],
-                "steps_per_s": 1.0 / r["full"],
-                "samples_per_s": batch / r["full"],
-                "exposed_comm_share": max(0.0, 1.0 - r["local"] / r["full"]) if world > 1 else 0.0,
-                "comm_share": (r["gather"] + r["allreduce"]) / r["full"] if world > 1 else 0.0,
-                "gather_ms": 1e3 * r["gather"],
-                "allreduce_ms": 1e3 * r["allreduce"],
-            })
+            rows.append(
+                {
+                    "processes": world,
+                    "global_batch": batch,
+                    "step_s": r["full"],
+                    "steps_per_s": 1.0 / r["full"],
+                    "samples_per_s": batch / r["full"],
+                    "exposed_comm_share": max(0.0, 1.0 - r["local"] / r["full"]) if world > 1 else 0.0,
+                    "comm_share": (r["gather"] + r["allreduce"]) / r["full"] if world > 1 else 0.0,
+                    "gather_ms": 1e3 * r["gather"],
+                    "allreduce_ms": 1e3 * r["allreduce"],
+                }
+            )
     for row in rows:
         row["speedup"] = rows[0]["step_s"] / row["step_s"]
     return rows
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = ["processes", "batch", "step (ms)", "steps/s", "samples/s", "speed-up", "gather (ms)", "all-reduce (ms)",
-            "comm share", "exposed"]
-    cells = [[str(r["processes"]), str(r["global_batch"]), f"{1e3 * r['step_s']:.1f}", f"{r['steps_per_s']:.2f}",
-              f"{r['samples_per_s']:.1f}", f"{r['speedup']:.2f}x", f"{r['gather_ms']:.2f}", f"{r['allreduce_ms']:.2f}",
-              f"{100 * r['comm_share']:.1f}%", f"{100 * r['exposed_comm_share']:.1f}%"] for r in rows]
-    return "\n".join([
-        h.table(head, cells),
-        "comm share: (all-gather of embeddings + all-reduce of all gradients, each timed alone) / step time; "
-        "exposed: 1 - (step without communication) / step",
-    ])
+    head = [
+        "processes",
+        "batch",
+        "step (ms)",
+        "steps/s",
+        "samples/s",
+        "speed-up",
+        "gather (ms)",
+        "all-reduce (ms)",
+        "comm share",
+        "exposed",
+    ]
+    cells = [
+        [
+            str(r["processes"]),
+            str(r["global_batch"]),
+            f"{1e3 * r['step_s']:.1f}",
+            f"{r['steps_per_s']:.2f}",
+            f"{r['samples_per_s']:.1f}",
+            f"{r['speedup']:.2f}x",
+            f"{r['gather_ms']:.2f}",
+            f"{r['allreduce_ms']:.2f}",
+            f"{100 * r['comm_share']:.1f}%",
+            f"{100 * r['exposed_comm_share']:.1f}%",
+        ]
+        for r in rows
+    ]
+    return "\n".join(
+        [
+            h.table(head, cells),
+            "comm share: (all-gather of embeddings + all-reduce of all gradients, each timed alone) / step time; "
+            "exposed: 1 - (step without communication) / step",
+        ]
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -148,8 +180,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return h.main(_parser().parse_args(argv),
-                  lambda a: run(a.batch, a.steps, a.warmup, a.threads, tuple(a.processes)), format_table)
+    return h.main(
+        _parser().parse_args(argv),
+        lambda a: run(a.batch, a.steps, a.warmup, a.threads, tuple(a.processes)),
+        format_table,
+    )
 
 
 if __name__ == "__main__":

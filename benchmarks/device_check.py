@@ -63,12 +63,21 @@ CPU = Sizes("cpu", "resnet20", 32, 16, 3, 96, (300, 250), 0, 20_000, 5_000, ("tr
 
 # ---------------------------------------------------------------- sections
 def environment(sizes: Sizes) -> dict[str, Any]:
-    info: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version(),
-                            "cpu_cores": os.cpu_count(), "device": sizes.device}
+    info: dict[str, Any] = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_cores": os.cpu_count(),
+        "device": sizes.device,
+    }
     if sizes.device == "cuda":
         props = torch.cuda.get_device_properties(0)
-        info.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 2**30, 1), cuda=torch.version.cuda,
-                    capability=f"{props.major}.{props.minor}", bf16=torch.cuda.is_bf16_supported())
+        info.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            cuda=torch.version.cuda,
+            capability=f"{props.major}.{props.minor}",
+            bf16=torch.cuda.is_bf16_supported(),
+        )
     return info
 
 
@@ -81,17 +90,22 @@ def pytest_progress(printed: str) -> dict[str, int]:
 
 def cuda_tests(seconds: float) -> dict[str, Any]:
     """``pytest -m cuda`` over the test files that hold such tests: counts of passed, failed, skipped."""
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
-                   if "pytest.mark.cuda" in p.read_text(encoding="utf-8"))
+    files = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "tests").glob("test_*.py")
+        if "pytest.mark.cuda" in p.read_text(encoding="utf-8")
+    )
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider", *files]
     try:
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=seconds)
     except subprocess.TimeoutExpired as stopped:  # what pytest printed so far is kept: its progress dots
         printed = stopped.stdout.decode() if isinstance(stopped.stdout, bytes) else (stopped.stdout or "")
         counts = pytest_progress(printed)
-        raise TimeoutError(f"pytest -m cuda stopped at its {seconds:.0f} s; by then {counts['passed']} passed, "
-                           f"{counts['failed']} failed, {counts['skipped']} skipped; give the check a larger "
-                           "BUDGET (the tests took about 52 s on an H200)") from None
+        raise TimeoutError(
+            f"pytest -m cuda stopped at its {seconds:.0f} s; by then {counts['passed']} passed, "
+            f"{counts['failed']} failed, {counts['skipped']} skipped; give the check a larger "
+            "BUDGET (the tests took about 52 s on an H200)"
+        ) from None
     tail = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error|errors|deselected)", tail)}
     failures = [line for line in done.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
@@ -108,17 +122,29 @@ def training(sizes: Sizes, folder: Path) -> dict[str, Any]:
     for precision in ("32-true", "bf16-mixed"):
         cfg = _training_config(sizes, root, precision)
         bare_seconds(_training_config(sizes, root, precision, steps=3), sizes.device)  # warm-up: cuDNN's choice
-        row: dict[str, Any] = {"precision": precision, "steps": sizes.train_steps, "batch": sizes.batch_size,
-                               "compute_images_per_s": round(compute_images_per_second(cfg, sizes.device), 1)}
+        row: dict[str, Any] = {
+            "precision": precision,
+            "steps": sizes.train_steps,
+            "batch": sizes.batch_size,
+            "compute_images_per_s": round(compute_images_per_second(cfg, sizes.device), 1),
+        }
         bare = bare_seconds(cfg, sizes.device)
         trainer = trainer_seconds(cfg, folder / f"run-{precision}")
         images = sizes.train_steps * sizes.batch_size
-        row.update(trainer_images_per_s=round(images / trainer, 1), bare_images_per_s=round(images / bare, 1),
-                   trainer_over_bare=round(trainer / bare, 3))
+        row.update(
+            trainer_images_per_s=round(images / trainer, 1),
+            bare_images_per_s=round(images / bare, 1),
+            trainer_over_bare=round(trainer / bare, 3),
+        )
         rows.append(row)
     loader = loader_images_per_second(_training_config(sizes, root, "32-true"))
-    return {"backbone": sizes.backbone, "image_size": sizes.image_size, "workers": sizes.workers,
-            "loader_images_per_s": round(loader, 1), "rows": rows}
+    return {
+        "backbone": sizes.backbone,
+        "image_size": sizes.image_size,
+        "workers": sizes.workers,
+        "loader_images_per_s": round(loader, 1),
+        "rows": rows,
+    }
 
 
 def compute_images_per_second(cfg: Any, device: str, steps: int = 10) -> float:
@@ -158,15 +184,26 @@ def execution(sizes: Sizes, folder: Path) -> dict[str, Any]:
 
     root = make_jpegs(folder / "cub-exec", sizes.images, *sizes.jpeg_size, test_per_class=4)
     rows = []
-    settings = [("32-true", False, False), ("32-true", True, False), ("bf16-mixed", False, False),
-                ("bf16-mixed", True, False)]
+    settings = [
+        ("32-true", False, False),
+        ("32-true", True, False),
+        ("bf16-mixed", False, False),
+        ("bf16-mixed", True, False),
+    ]
     if sizes.device == "cuda":  # inductor's CPU code generation takes minutes: the CPU mode leaves it out
         settings.append(("bf16-mixed", True, True))
     for precision, channels_last, compiled in settings:
-        cfg = _training_config(sizes, root, precision, extra=(f"train.channels_last={channels_last}",
-                                                              f"train.compile={compiled}"))
-        rows.append({"precision": precision, "channels_last": channels_last, "compile": compiled,
-                     "images_per_s": round(compute_images_per_second(cfg, sizes.device, steps=10), 1)})
+        cfg = _training_config(
+            sizes, root, precision, extra=(f"train.channels_last={channels_last}", f"train.compile={compiled}")
+        )
+        rows.append(
+            {
+                "precision": precision,
+                "channels_last": channels_last,
+                "compile": compiled,
+                "images_per_s": round(compute_images_per_second(cfg, sizes.device, steps=10), 1),
+            }
+        )
     return {"backbone": sizes.backbone, "image_size": sizes.image_size, "batch": sizes.batch_size, "rows": rows}
 
 
@@ -187,18 +224,33 @@ def loader_images_per_second(cfg: Any, batches: int = 30) -> float:
     return seen / (time.perf_counter() - started)
 
 
-def _training_config(sizes: Sizes, root: Path, precision: str, steps: int | None = None,
-                     extra: Sequence[str] = ()) -> Any:
+def _training_config(
+    sizes: Sizes, root: Path, precision: str, steps: int | None = None, extra: Sequence[str] = ()
+) -> Any:
     from dmlkit.config import load_config
 
     steps = steps or sizes.train_steps
-    return load_config(ROOT / "configs/paper/sft_t1_multi_similarity_base_cub.yaml", [
-        f"data.root={root}", f"data.image_size={sizes.image_size}", f"data.num_workers={sizes.workers}",
-        "data.val_fraction=0.0", f"model.backbone={sizes.backbone}", "model.pretrained=false",
-        f"train.batch_size={sizes.batch_size}", f"train.max_steps={steps}", f"train.val_every={steps}",
-        "train.patience=1000", f"train.precision={precision}", f"train.accelerator={sizes.device}",
-        "eval.clustering=false", "plots=false", *sizes.extra_sets, *extra,
-    ])
+    return load_config(
+        ROOT / "configs/paper/sft_t1_multi_similarity_base_cub.yaml",
+        [
+            f"data.root={root}",
+            f"data.image_size={sizes.image_size}",
+            f"data.num_workers={sizes.workers}",
+            "data.val_fraction=0.0",
+            f"model.backbone={sizes.backbone}",
+            "model.pretrained=false",
+            f"train.batch_size={sizes.batch_size}",
+            f"train.max_steps={steps}",
+            f"train.val_every={steps}",
+            "train.patience=1000",
+            f"train.precision={precision}",
+            f"train.accelerator={sizes.device}",
+            "eval.clustering=false",
+            "plots=false",
+            *sizes.extra_sets,
+            *extra,
+        ],
+    )
 
 
 def exact_search(sizes: Sizes) -> dict[str, Any]:
@@ -228,21 +280,49 @@ def exact_search(sizes: Sizes) -> dict[str, Any]:
     sync()
     device_sub_s = time.perf_counter() - started
     same = bool(torch.equal(on_device.indices.cpu(), on_cpu.indices))
-    return {"n": sizes.search_n, "dim": 128, "metrics_seconds": round(metrics_s, 2), "knn10_seconds": round(knn_s, 2),
-            "map_at_r": round(metrics["mean_average_precision_at_r"], 6), "parity_n": sizes.parity_n,
-            "parity_cpu_seconds": round(cpu_s, 2), "parity_device_seconds": round(device_sub_s, 2),
-            "cpu_threads": torch.get_num_threads(), "parity_same_neighbours": same}
+    return {
+        "n": sizes.search_n,
+        "dim": 128,
+        "metrics_seconds": round(metrics_s, 2),
+        "knn10_seconds": round(knn_s, 2),
+        "map_at_r": round(metrics["mean_average_precision_at_r"], 6),
+        "parity_n": sizes.parity_n,
+        "parity_cpu_seconds": round(cpu_s, 2),
+        "parity_device_seconds": round(device_sub_s, 2),
+        "cpu_threads": torch.get_num_threads(),
+        "parity_same_neighbours": same,
+    }
 
 
-def testbed(configs: Sequence[str], seeds: Sequence[int], seconds: float, jobs: int, folder: Path,
-            sets: Sequence[str] = ()) -> dict[str, Any]:
+def testbed(
+    configs: Sequence[str], seeds: Sequence[int], seconds: float, jobs: int, folder: Path, sets: Sequence[str] = ()
+) -> dict[str, Any]:
     """``dmlkit protocol holdout`` of ``configs`` until ``seconds``, then the finished runs tabulated."""
     if seconds <= 0 or not configs:
         return {"skipped": "no time left" if configs else "no configs"}
-    base = [sys.executable, "-m", "dmlkit", "protocol", "holdout", *configs, "--seeds", *map(str, seeds),
-            "--out", str(folder), "--columns", "all", *[a for s in sets for a in ("--set", s)]]
-    proc = subprocess.Popen([*base, "--jobs", str(jobs)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    base = [
+        sys.executable,
+        "-m",
+        "dmlkit",
+        "protocol",
+        "holdout",
+        *configs,
+        "--seeds",
+        *map(str, seeds),
+        "--out",
+        str(folder),
+        "--columns",
+        "all",
+        *[a for s in sets for a in ("--set", s)],
+    ]
+    proc = subprocess.Popen(
+        [*base, "--jobs", str(jobs)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _, err = proc.communicate(timeout=seconds)
         stopped = False
@@ -252,8 +332,12 @@ def testbed(configs: Sequence[str], seeds: Sequence[int], seconds: float, jobs: 
         stopped = True
     tab = subprocess.run([*base, "--reuse-only"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     table = (folder / "results.md").read_text(encoding="utf-8") if (folder / "results.md").exists() else ""
-    return {"stopped_at_budget": stopped, "table": table, "error": (err or "")[-400:] if not table else "",
-            "tabulate_error": tab.stderr[-400:] if tab.returncode else ""}
+    return {
+        "stopped_at_budget": stopped,
+        "table": table,
+        "error": (err or "")[-400:] if not table else "",
+        "tabulate_error": tab.stderr[-400:] if tab.returncode else "",
+    }
 
 
 # ---------------------------------------------------------------- driver
@@ -263,8 +347,9 @@ def cuda_tests_seconds(remaining: float, later_sections: bool) -> float:
     return max(30.0, min(150.0, remaining - (60.0 if later_sections else 0.0)))
 
 
-def run_sections(sizes: Sizes, budget: float, out: Path, testbed_args: dict[str, Any],
-                 only: Sequence[str] = ()) -> dict[str, Any]:
+def run_sections(
+    sizes: Sizes, budget: float, out: Path, testbed_args: dict[str, Any], only: Sequence[str] = ()
+) -> dict[str, Any]:
     """Every section in order (or those in ``only``), each recorded (value or error and seconds); the testbed
     gets the time left."""
     deadline = time.monotonic() + budget
@@ -277,8 +362,10 @@ def run_sections(sizes: Sizes, budget: float, out: Path, testbed_args: dict[str,
             ("training", lambda: training(sizes, work)),
             ("exact_search", lambda: exact_search(sizes)),
             ("execution", lambda: execution(sizes, work)),
-            ("testbed", lambda: testbed(folder=work / "testbed", seconds=deadline - time.monotonic() - 40,
-                                        **testbed_args)),
+            (
+                "testbed",
+                lambda: testbed(folder=work / "testbed", seconds=deadline - time.monotonic() - 40, **testbed_args),
+            ),
         ]
         chosen = [(name, section) for name, section in plan if not only or name in only]
         later = any(name not in ("environment", "cuda_tests") for name, _ in chosen)
@@ -308,18 +395,28 @@ def format_report(results: dict[str, Any]) -> str:
             lines += [f"**failed**: `{r.get('error')}`", ""]
             continue
         if name == "training":
-            lines += [f"{r['backbone']} at {r['image_size']} px; the loader alone ({r['workers']} workers): "
-                      f"{r['loader_images_per_s']} img/s", "",
-                      "| precision | steps x batch | model alone img/s | Trainer img/s | bare loop img/s | Trainer / bare time |",
-                      "|---|---|---|---|---|---|"]
-            lines += [f"| {x['precision']} | {x['steps']} x {x['batch']} | {x['compute_images_per_s']} | "
-                      f"{x['trainer_images_per_s']} | {x['bare_images_per_s']} | {x['trainer_over_bare']} |"
-                      for x in r["rows"]]
+            lines += [
+                f"{r['backbone']} at {r['image_size']} px; the loader alone ({r['workers']} workers): "
+                f"{r['loader_images_per_s']} img/s",
+                "",
+                "| precision | steps x batch | model alone img/s | Trainer img/s | bare loop img/s | Trainer / bare time |",
+                "|---|---|---|---|---|---|",
+            ]
+            lines += [
+                f"| {x['precision']} | {x['steps']} x {x['batch']} | {x['compute_images_per_s']} | "
+                f"{x['trainer_images_per_s']} | {x['bare_images_per_s']} | {x['trainer_over_bare']} |"
+                for x in r["rows"]
+            ]
         elif name == "execution":
-            lines += [f"{r['backbone']} at {r['image_size']} px, batch {r['batch']}, the model alone", "",
-                      "| precision | channels_last | compile | img/s |", "|---|---|---|---|"]
-            lines += [f"| {x['precision']} | {x['channels_last']} | {x['compile']} | {x['images_per_s']} |"
-                      for x in r["rows"]]
+            lines += [
+                f"{r['backbone']} at {r['image_size']} px, batch {r['batch']}, the model alone",
+                "",
+                "| precision | channels_last | compile | img/s |",
+                "|---|---|---|---|",
+            ]
+            lines += [
+                f"| {x['precision']} | {x['channels_last']} | {x['compile']} | {x['images_per_s']} |" for x in r["rows"]
+            ]
         elif name == "testbed":
             lines.append(r.get("table") or f"no table: {r.get('skipped') or r.get('error') or r.get('tabulate_error')}")
         else:
@@ -330,18 +427,32 @@ def format_report(results: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.device_check", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.device_check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", required=True, type=Path, help="folder for device_check.md and .json")
     p.add_argument("--cpu", action="store_true", help="small sizes on the CPU (the test of this script)")
     p.add_argument("--budget", type=float, default=480.0, help="seconds for all sections together")
     p.add_argument("--testbed", nargs="*", default=[], metavar="CONFIG", help="configs for the testbed section")
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     p.add_argument("--jobs", type=int, default=12, help="testbed runs side by side")
-    p.add_argument("--only", nargs="+", default=[], metavar="SECTION",
-                   help="run only these sections (environment cuda_tests training exact_search execution testbed)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override for the testbed configs (repeatable)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="SECTION",
+        help="run only these sections (environment cuda_tests training exact_search execution testbed)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override for the testbed configs (repeatable)",
+    )
     return p
 
 

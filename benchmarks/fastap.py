@@ -65,8 +65,11 @@ def _worker(side: str, m: int, dim: int, bins: int, seed: int) -> dict[str, Any]
 
 
 def _subprocess(side: str, m: int, dim: int, bins: int, seed: int) -> dict[str, Any]:
-    return h.run_worker("benchmarks.fastap", side, ["--sizes", m, "--dim", dim, "--bins", bins, "--seed", seed,
-                                                    "--threads", torch.get_num_threads()])
+    return h.run_worker(
+        "benchmarks.fastap",
+        side,
+        ["--sizes", m, "--dim", dim, "--bins", bins, "--seed", seed, "--threads", torch.get_num_threads()],
+    )
 
 
 def run(
@@ -87,8 +90,9 @@ def run(
         if not abs(v_ours - v_pml) <= 1e-5 * max(1.0, abs(v_pml)):  # NaN disagrees too
             raise RuntimeError(f"M={m}: loss values differ: dmlkit {v_ours} vs PML {v_pml}")
         grad_diff = float((g_ours - g_pml).abs().max())
-        times = h.interleaved({side: (lambda fn=fn: _step(fn, x, y)) for side, fn in
-                               (("dmlkit", ours_fn), ("pml", pml_fn))}, repeats)
+        times = h.interleaved(
+            {side: (lambda fn=fn: _step(fn, x, y)) for side, fn in (("dmlkit", ours_fn), ("pml", pml_fn))}, repeats
+        )
         row: dict[str, Any] = {
             "M": m,
             "loss_dmlkit": v_ours,
@@ -115,9 +119,19 @@ def format_table(result: dict[str, Any]) -> str:
         v = r.get(f"peak_extra_bytes_{side}")
         return f"{v / h.MIB:.1f}" if v is not None else "nan"
 
-    rows = [[str(r["M"]), f"{r['seconds_dmlkit'] * 1e3:.2f}", f"{r['seconds_pml'] * 1e3:.2f}", f"{r['speedup']:.2f}x",
-             mib(r, "dmlkit"), mib(r, "pml"), f"{abs(r['loss_dmlkit'] - r['loss_pml']):.1e}",
-             f"{r['max_abs_grad_diff']:.1e}"] for r in result["rows"]]
+    rows = [
+        [
+            str(r["M"]),
+            f"{r['seconds_dmlkit'] * 1e3:.2f}",
+            f"{r['seconds_pml'] * 1e3:.2f}",
+            f"{r['speedup']:.2f}x",
+            mib(r, "dmlkit"),
+            mib(r, "pml"),
+            f"{abs(r['loss_dmlkit'] - r['loss_pml']):.1e}",
+            f"{r['max_abs_grad_diff']:.1e}",
+        ]
+        for r in result["rows"]
+    ]
     lines = [
         f"FastAP forward+backward, dim={result['dim']}, bins={result['bins']}, "
         f"median of {result['repeats']}, torch threads={result['threads']}",
@@ -136,7 +150,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--bins", type=int, default=10, help="FastAP num_bins")
     p.add_argument("--repeats", type=int, default=5, help="timed forward+backward runs per side and M")
     p.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="torch intra-op threads for both sides (default 1: on a shared 2-core machine, "
         "multi-threaded runs are dominated by contention); 0 keeps torch's default",
     )
@@ -155,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    return h.main(args, _run, format_table,
-                  worker=lambda a: _worker(a.worker, a.sizes[0], a.dim, a.bins, a.seed))
+    return h.main(args, _run, format_table, worker=lambda a: _worker(a.worker, a.sizes[0], a.dim, a.bins, a.seed))
 
 
 if __name__ == "__main__":

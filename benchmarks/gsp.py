@@ -58,38 +58,72 @@ def _pool_fn(side: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     raise ValueError(f"side must be one of {SIDES}, got {side!r}")
 
 
-def _layer_step(side: str, f: torch.Tensor, w: torch.Tensor, g_out: torch.Tensor, iters: int,
-                mu: float, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _layer_step(
+    side: str, f: torch.Tensor, w: torch.Tensor, g_out: torch.Tensor, iters: int, mu: float, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     fg, wg = f.clone().requires_grad_(True), w.clone().requires_grad_(True)
     pooled, _ = _pool_fn(side)(fg, wg, mu, eps, iters)
     (pooled * g_out).sum().backward()
     return fg.grad, wg.grad
 
 
-def _layer_worker(side: str, b: int, n: int, m: int, d: int, iters: int, mu: float, eps: float,
-                  seed: int) -> dict[str, Any]:
+def _layer_worker(
+    side: str, b: int, n: int, m: int, d: int, iters: int, mu: float, eps: float, seed: int
+) -> dict[str, Any]:
     f, w, g_out = make_inputs(b, n, m, d, seed)
     res = h.measure(lambda: _layer_step(side, f, w, g_out, iters, mu, eps), warmup=1)
     return {"peak_extra_bytes": res.peak_extra_bytes, "memory_probe": res.probe}
 
 
-def _subprocess(side: str, b: int, n: int, m: int, d: int, iters: int, mu: float, eps: float,
-                seed: int) -> dict[str, Any]:
-    return h.run_worker("benchmarks.gsp", side, [
-        "--batch", b, "--n", n, "--m", m, "--d", d, "--iters", iters,
-        "--mu", mu, "--eps", eps, "--seed", seed, "--threads", torch.get_num_threads(),
-    ])
+def _subprocess(
+    side: str, b: int, n: int, m: int, d: int, iters: int, mu: float, eps: float, seed: int
+) -> dict[str, Any]:
+    return h.run_worker(
+        "benchmarks.gsp",
+        side,
+        [
+            "--batch",
+            b,
+            "--n",
+            n,
+            "--m",
+            m,
+            "--d",
+            d,
+            "--iters",
+            iters,
+            "--mu",
+            mu,
+            "--eps",
+            eps,
+            "--seed",
+            seed,
+            "--threads",
+            torch.get_num_threads(),
+        ],
+    )
 
 
-def run_layer(iters_list: tuple[int, ...] = (10, 25, 50, 100), b: int = 32, n: int = 49, m: int = 64,
-              d: int = 128, mu: float = 0.3, eps: float = 5.0, repeats: int = 5, seed: int = 0,
-              memory: bool = True) -> list[dict[str, Any]]:
+def run_layer(
+    iters_list: tuple[int, ...] = (10, 25, 50, 100),
+    b: int = 32,
+    n: int = 49,
+    m: int = 64,
+    d: int = 128,
+    mu: float = 0.3,
+    eps: float = 5.0,
+    repeats: int = 5,
+    seed: int = 0,
+    memory: bool = True,
+) -> list[dict[str, Any]]:
     """Time (and memory) of the three sides for each iteration count."""
     f, w, g_out = make_inputs(b, n, m, d, seed)
     rows = []
     for iters in iters_list:
         grads = {s: _layer_step(s, f, w, g_out, iters, mu, eps) for s in SIDES}  # warm-up + agreement
-        diff = float(torch.stack([(a - c).abs().max() for a, c in zip(grads["closed"], grads["unrolled"])]).max())  # NaN shows
+        diff = float(
+            torch.stack([(a - c).abs().max() for a, c in zip(grads["closed"], grads["unrolled"])]).max()
+        )  # NaN shows
         scale = max(float(c.abs().max()) for c in grads["unrolled"])
         times = h.interleaved({s: (lambda s=s: _layer_step(s, f, w, g_out, iters, mu, eps)) for s in SIDES}, repeats)
         row: dict[str, Any] = {"iters": iters, "max_abs_grad_diff": diff, "max_abs_grad": scale}
@@ -118,8 +152,12 @@ def run_model(batch: int = 64, repeats: int = 5, iters: int = 100, seed: int = 0
     steps: dict[str, Callable[[], None]] = {}
     for name, params in (("gap", {}), ("gsp", {"num_prototypes": 64, "mu": 0.3, "eps": 5.0, "iters": iters})):
         torch.manual_seed(seed)  # model init under a fixed seed, as the trainer builds it
-        model = build_embedder(ModelConfig(backbone="resnet20", pooling=name, pooling_params=params, embedding_dim=128,
-                                           local_dim=128, head="none"), in_channels=1)  # Sec. 5.2.4
+        model = build_embedder(
+            ModelConfig(
+                backbone="resnet20", pooling=name, pooling_params=params, embedding_dim=128, local_dim=128, head="none"
+            ),
+            in_channels=1,
+        )  # Sec. 5.2.4
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
         def step(model: torch.nn.Module = model, opt: torch.optim.Optimizer = opt) -> None:
@@ -137,12 +175,28 @@ def run_model(batch: int = 64, repeats: int = 5, iters: int = 100, seed: int = 0
     return out
 
 
-def run(iters_list: tuple[int, ...] = (10, 25, 50, 100), b: int = 32, n: int = 49, m: int = 64, d: int = 128,
-        mu: float = 0.3, eps: float = 5.0, repeats: int = 5, seed: int = 0, memory: bool = True,
-        model: bool = True) -> dict[str, Any]:
+def run(
+    iters_list: tuple[int, ...] = (10, 25, 50, 100),
+    b: int = 32,
+    n: int = 49,
+    m: int = 64,
+    d: int = 128,
+    mu: float = 0.3,
+    eps: float = 5.0,
+    repeats: int = 5,
+    seed: int = 0,
+    memory: bool = True,
+    model: bool = True,
+) -> dict[str, Any]:
     """Both parts; see the module docstring."""
     result: dict[str, Any] = {
-        "B": b, "n": n, "m": m, "d": d, "mu": mu, "eps": eps, "repeats": repeats,
+        "B": b,
+        "n": n,
+        "m": m,
+        "d": d,
+        "mu": mu,
+        "eps": eps,
+        "repeats": repeats,
         "threads": torch.get_num_threads(),
         "layer": run_layer(iters_list, b, n, m, d, mu, eps, repeats, seed, memory),
     }
@@ -158,20 +212,46 @@ def format_table(result: dict[str, Any]) -> str:
         v = r.get(f"peak_extra_bytes_{s}")
         return f"{v / h.MIB:.1f}" if v is not None else "nan"
 
-    rows = [[str(r["iters"]), f"{r['seconds_closed'] * 1e3:.2f}", f"{r['seconds_unrolled'] * 1e3:.2f}",
-             f"{r['speedup_vs_unrolled']:.2f}x", f"{r['seconds_hoisted'] * 1e3:.2f}", f"{r['speedup_vs_hoisted']:.2f}x",
-             mem(r, "closed"), mem(r, "unrolled"), mem(r, "hoisted"), f"{r['max_abs_grad_diff']:.1e}"]
-            for r in result["layer"]]
+    rows = [
+        [
+            str(r["iters"]),
+            f"{r['seconds_closed'] * 1e3:.2f}",
+            f"{r['seconds_unrolled'] * 1e3:.2f}",
+            f"{r['speedup_vs_unrolled']:.2f}x",
+            f"{r['seconds_hoisted'] * 1e3:.2f}",
+            f"{r['speedup_vs_hoisted']:.2f}x",
+            mem(r, "closed"),
+            mem(r, "unrolled"),
+            mem(r, "hoisted"),
+            f"{r['max_abs_grad_diff']:.1e}",
+        ]
+        for r in result["layer"]
+    ]
     lines = [
         f"GSP layer forward+backward, B={result['B']} n={result['n']} m={result['m']} d={result['d']} "
         f"mu={result['mu']} eps={result['eps']}, median of {result['repeats']}, torch threads={result['threads']}",
-        h.table(["iters", "closed ms", "unrolled ms", "speedup", "hoisted ms", "speedup", "closed MiB",
-                 "unrolled MiB", "hoisted MiB", "max|dgrad|"], rows),
+        h.table(
+            [
+                "iters",
+                "closed ms",
+                "unrolled ms",
+                "speedup",
+                "hoisted ms",
+                "speedup",
+                "closed MiB",
+                "unrolled MiB",
+                "hoisted MiB",
+                "max|dgrad|",
+            ],
+            rows,
+        ),
     ]
-    lines.append("unrolled = autograd through Prop. 5.2.1 as written (K^T 1 and K rho every step); "
-                 "hoisted = autograd through the same iterates with the column sums computed once; "
-                 "speedup = that side's time / closed-form time; max|dgrad| = closed vs unrolled "
-                 f"(largest gradient entry {max(r['max_abs_grad'] for r in result['layer']):.1e})")
+    lines.append(
+        "unrolled = autograd through Prop. 5.2.1 as written (K^T 1 and K rho every step); "
+        "hoisted = autograd through the same iterates with the column sums computed once; "
+        "speedup = that side's time / closed-form time; max|dgrad| = closed vs unrolled "
+        f"(largest gradient entry {max(r['max_abs_grad'] for r in result['layer']):.1e})"
+    )
     probe = next((r["memory_probe"] for r in result["layer"] if "memory_probe" in r), None)
     if probe:
         lines.append(f"memory: peak extra RSS of one forward+backward in a fresh process ({probe})")
@@ -197,8 +277,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mu", type=float, default=0.3)
     p.add_argument("--eps", type=float, default=5.0)
     p.add_argument("--repeats", type=int, default=5, help="timed runs per side")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch intra-op threads (default 1, the shared-machine setting); 0 keeps torch's default")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1, the shared-machine setting); 0 keeps torch's default",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-memory", action="store_true", help="skip the subprocess memory measurement")
     p.add_argument("--no-model", action="store_true", help="skip the GSP vs GAP training-step comparison")
@@ -208,16 +292,31 @@ def _parser() -> argparse.ArgumentParser:
 def _run(a: argparse.Namespace) -> dict[str, Any]:
     if a.repeats < 1 or min(a.iters) < 1 or min(a.batch, a.n, a.m, a.d) < 1:
         raise SystemExit("--repeats, --iters, --batch, --n, --m and --d must all be >= 1")
-    return run(tuple(a.iters), a.batch, a.n, a.m, a.d, a.mu, a.eps, a.repeats, a.seed,
-               memory=not a.no_memory, model=not a.no_model)
+    return run(
+        tuple(a.iters),
+        a.batch,
+        a.n,
+        a.m,
+        a.d,
+        a.mu,
+        a.eps,
+        a.repeats,
+        a.seed,
+        memory=not a.no_memory,
+        model=not a.no_model,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    return h.main(args, _run, format_table, worker=lambda a: _layer_worker(
-        a.worker, a.batch, a.n, a.m, a.d, a.iters[0], a.mu, a.eps, a.seed))
+    return h.main(
+        args,
+        _run,
+        format_table,
+        worker=lambda a: _layer_worker(a.worker, a.batch, a.n, a.m, a.d, a.iters[0], a.mu, a.eps, a.seed),
+    )
 
 
 if __name__ == "__main__":

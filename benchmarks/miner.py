@@ -42,19 +42,40 @@ def run(batches: list[str], dim: int, repeats: int, threads: int = 1) -> dict[st
             classes, per_class = (int(v) for v in spec.split("x"))
             x, y = _batch(classes, per_class, dim, device)
             ours, pml = DistanceWeightedMiner(seed=0), PMLDistanceWeightedMiner()
-            times = h.interleaved({"dmlkit": lambda: ours(x, y), "pml": lambda: pml(x, y)}, repeats, warmup=3, sync=sync)
+            times = h.interleaved(
+                {"dmlkit": lambda: ours(x, y), "pml": lambda: pml(x, y)}, repeats, warmup=3, sync=sync
+            )
             t_ours, t_pml = statistics.median(times["dmlkit"]), statistics.median(times["pml"])
-            rows.append({"device": device, "batch": spec, "dmlkit_s": t_ours, "pml_s": t_pml, "ratio": t_pml / t_ours,
-                         "triplets": [len(ours(x, y)[0]), len(pml(x, y)[0])]})
+            rows.append(
+                {
+                    "device": device,
+                    "batch": spec,
+                    "dmlkit_s": t_ours,
+                    "pml_s": t_pml,
+                    "ratio": t_pml / t_ours,
+                    "triplets": [len(ours(x, y)[0]), len(pml(x, y)[0])],
+                }
+            )
     return {"dim": dim, "repeats": repeats, "threads": threads, "rows": rows}
 
 
 def format_table(result: dict[str, Any]) -> str:
     head = ["device", "batch", "dmlkit ms", "PML ms", "PML / dmlkit", "triplets (dmlkit, PML)"]
-    body = [[r["device"], r["batch"], f"{1e3 * r['dmlkit_s']:.2f}", f"{1e3 * r['pml_s']:.2f}", f"{r['ratio']:.1f}",
-             f"{r['triplets'][0]}, {r['triplets'][1]}"] for r in result["rows"]]
-    return (f"distance-weighted mining, dim {result['dim']}, median of {result['repeats']} calls, "
-            f"{result['threads']} thread(s)\n" + h.table(head, body))
+    body = [
+        [
+            r["device"],
+            r["batch"],
+            f"{1e3 * r['dmlkit_s']:.2f}",
+            f"{1e3 * r['pml_s']:.2f}",
+            f"{r['ratio']:.1f}",
+            f"{r['triplets'][0]}, {r['triplets'][1]}",
+        ]
+        for r in result["rows"]
+    ]
+    return (
+        f"distance-weighted mining, dim {result['dim']}, median of {result['repeats']} calls, "
+        f"{result['threads']} thread(s)\n" + h.table(head, body)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=50)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    return h.main(args, lambda a: run(a.batches, a.dim, a.repeats, a.threads), format_table,
-                  ok=lambda r: all(row["triplets"][0] == row["triplets"][1] for row in r["rows"]))
+    return h.main(
+        args,
+        lambda a: run(a.batches, a.dim, a.repeats, a.threads),
+        format_table,
+        ok=lambda r: all(row["triplets"][0] == row["triplets"][1] for row in r["rows"]),
+    )
 
 
 if __name__ == "__main__":

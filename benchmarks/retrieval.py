@@ -84,9 +84,7 @@ def make_data(
     return x, labels
 
 
-def tie_bounds(
-    x: np.ndarray, y: np.ndarray, rtol: float = TIE_RTOL
-) -> tuple[dict[str, float], dict[str, float], int]:
+def tie_bounds(x: np.ndarray, y: np.ndarray, rtol: float = TIE_RTOL) -> tuple[dict[str, float], dict[str, float], int]:
     """Range of the self-retrieval metrics over float32-tied neighbour orders.
 
     The exact neighbours of each query (the nearest ``max R + 1``) are split
@@ -167,8 +165,9 @@ def _torch_threads() -> int:
 
 
 def _subprocess(side: str, n: int, dim: int, per_class: float, seed: int) -> dict[str, Any]:
-    return h.run_worker("benchmarks.retrieval", side,
-                        ["--n", n, "--dim", dim, "--per-class", per_class, "--seed", seed])
+    return h.run_worker(
+        "benchmarks.retrieval", side, ["--n", n, "--dim", dim, "--per-class", per_class, "--seed", seed]
+    )
 
 
 def run(
@@ -191,8 +190,12 @@ def run(
     x, y = make_data(n, dim, per_class, seed)
     counts = np.bincount(y)
     info: dict[str, Any] = {
-        "n": n, "dim": dim, "per_class": per_class, "seed": seed,
-        "num_labels": int((counts > 0).sum()), "max_bin_count": int(counts.max()),
+        "n": n,
+        "dim": dim,
+        "per_class": per_class,
+        "seed": seed,
+        "num_labels": int((counts > 0).sum()),
+        "max_bin_count": int(counts.max()),
         "singleton_labels": int((counts == 1).sum()),
         "mode": "in-process" if in_process else "one fresh process per side",
         "cpus": os.cpu_count(),
@@ -247,15 +250,17 @@ def format_table(r: dict[str, Any]) -> str:
         f"machine: {r['cpus']} CPUs, torch threads {r['torch_threads']}; 1-min load average "
         f"{r['load_before']} before / {r['load_after']} after (this run's own threads included)",
         "",
-        h.table(["", "dmlkit", "PML"], [
-            ["time (s)", f"{r['dmlkit_seconds']:.2f}", f"{r['pml_seconds']:.2f}"],
-            ["peak extra memory (MB)", f"{r['dmlkit_peak_extra_mb']:.0f}", f"{r['pml_peak_extra_mb']:.0f}"],
-            *([k, f"{r['dmlkit_values'][k]:.8f}", f"{r['pml_values'][k]:.8f}"] for k in PML_METRICS),
-        ]),
+        h.table(
+            ["", "dmlkit", "PML"],
+            [
+                ["time (s)", f"{r['dmlkit_seconds']:.2f}", f"{r['pml_seconds']:.2f}"],
+                ["peak extra memory (MB)", f"{r['dmlkit_peak_extra_mb']:.0f}", f"{r['pml_peak_extra_mb']:.0f}"],
+                *([k, f"{r['dmlkit_values'][k]:.8f}", f"{r['pml_values'][k]:.8f}"] for k in PML_METRICS),
+            ],
+        ),
         "",
         f"speed-up (PML time / dmlkit time): {r['speedup']:.2f}x",
-        f"values match to {TOLERANCE:g}: {'yes' if r['values_match'] else 'no'} "
-        f"(max abs diff {r['max_abs_diff']:.3g})",
+        f"values match to {TOLERANCE:g}: {'yes' if r['values_match'] else 'no'} (max abs diff {r['max_abs_diff']:.3g})",
     ]
     if not r["values_match"]:
         lines.append(
@@ -272,8 +277,12 @@ def format_table(r: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = h.parser("retrieval", "Time dmlkit's retrieval metrics against pytorch-metric-learning's "
-                 "AccuracyCalculator on random clustered embeddings.", workers=("dmlkit", "pml"))
+    p = h.parser(
+        "retrieval",
+        "Time dmlkit's retrieval metrics against pytorch-metric-learning's "
+        "AccuracyCalculator on random clustered embeddings.",
+        workers=("dmlkit", "pml"),
+    )
     p.add_argument("--n", type=int, default=60502, help="number of embeddings (default 60502)")
     p.add_argument("--dim", type=int, default=128, help="embedding dimension (default 128)")
     p.add_argument("--per-class", type=float, default=5, help="mean items per label (default 5)")

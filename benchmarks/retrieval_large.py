@@ -65,12 +65,27 @@ def make_file(path: Path, n: int, dim: int, per_class: float, seed: int, block: 
 
 def _measure(fn: Any) -> dict[str, Any]:
     m = h.measure(fn)
-    return {"seconds": m.seconds, "peak_anon_bytes": m.peak_anon_bytes, "peak_rss_bytes": m.peak_extra_bytes,
-            "memory_probe": m.probe, "values": m.value}
+    return {
+        "seconds": m.seconds,
+        "peak_anon_bytes": m.peak_anon_bytes,
+        "peak_rss_bytes": m.peak_extra_bytes,
+        "memory_probe": m.probe,
+        "values": m.value,
+    }
 
 
-def run(n: int, dim: int, per_class: float = 5, seed: int = 0, index: str = "ivf", budget_mb: float = 256,
-        queries: int = 10000, recall_sample: int = 1000, exact: bool = False, params: dict[str, Any] | None = None) -> dict[str, Any]:
+def run(
+    n: int,
+    dim: int,
+    per_class: float = 5,
+    seed: int = 0,
+    index: str = "ivf",
+    budget_mb: float = 256,
+    queries: int = 10000,
+    recall_sample: int = 1000,
+    exact: bool = False,
+    params: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     from dmlkit.evaluation.streaming import retrieval_metrics_from_file
 
     query_sample = None if queries <= 0 or queries >= n else queries
@@ -80,11 +95,23 @@ def run(n: int, dim: int, per_class: float = 5, seed: int = 0, index: str = "ivf
         labels = make_file(path, n, dim, per_class, seed)
         write_s = time.perf_counter() - t0
         common = dict(budget_mb=budget_mb, query_sample=query_sample, seed=seed)
-        approx = _measure(lambda: retrieval_metrics_from_file(path, labels, approx=index, approx_params=params,
-                                                              recall_sample=recall_sample, **common))
+        approx = _measure(
+            lambda: retrieval_metrics_from_file(
+                path, labels, approx=index, approx_params=params, recall_sample=recall_sample, **common
+            )
+        )
         ref = _measure(lambda: retrieval_metrics_from_file(path, labels, **common)) if exact else None
-    return {"n": n, "dim": dim, "index": index, "budget_mb": budget_mb, "queries": query_sample or n,
-            "file_bytes": n * dim * 4, "write_seconds": write_s, "approx": approx, "exact": ref}
+    return {
+        "n": n,
+        "dim": dim,
+        "index": index,
+        "budget_mb": budget_mb,
+        "queries": query_sample or n,
+        "file_bytes": n * dim * 4,
+        "write_seconds": write_s,
+        "approx": approx,
+        "exact": ref,
+    }
 
 
 def format_table(r: dict[str, Any]) -> str:
@@ -93,9 +120,15 @@ def format_table(r: dict[str, Any]) -> str:
 
     def row(name: str, m: dict[str, Any]) -> list[str]:
         x = m["values"]
-        return [name, f"{m['seconds']:.1f}", f"{m['peak_anon_bytes'] / h.MIB:.0f}", f"{m['peak_rss_bytes'] / h.MIB:.0f}",
-                f"{x['precision_at_1']:.4f}", f"{x.get('recall_at_8', math.nan):.4f}",
-                f"{x['mean_average_precision_at_r']:.4f}"]
+        return [
+            name,
+            f"{m['seconds']:.1f}",
+            f"{m['peak_anon_bytes'] / h.MIB:.0f}",
+            f"{m['peak_rss_bytes'] / h.MIB:.0f}",
+            f"{x['precision_at_1']:.4f}",
+            f"{x.get('recall_at_8', math.nan):.4f}",
+            f"{x['mean_average_precision_at_r']:.4f}",
+        ]
 
     rows = [row(f"approx ({r['index']})", a)] + ([row("exact (stream)", r["exact"])] if r["exact"] is not None else [])
     lines = [
@@ -105,8 +138,9 @@ def format_table(r: dict[str, Any]) -> str:
     ]
     if r["exact"] is not None:
         lines.append(f"time ratio exact / approx: {r['exact']['seconds'] / a['seconds']:.2f}x")
-    lines.append(f"approx recall@1 vs exact on {int(v['approx_recall_sample']):,} sampled queries: "
-                 f"{v['approx_recall_at_1']:.4f}")
+    lines.append(
+        f"approx recall@1 vs exact on {int(v['approx_recall_sample']):,} sampled queries: {v['approx_recall_at_1']:.4f}"
+    )
     lines.append(f"memory: {a['memory_probe']}")
     return "\n".join(lines)
 

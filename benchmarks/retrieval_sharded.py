@@ -54,8 +54,9 @@ def _data(n: int, dim: int, per_class: float, spread: float = 1.5) -> tuple[Any,
     return x, labels
 
 
-def _worker(rank: int, world: int, tmp: str, n: int, dim: int, per_class: float, protocol: str, threads: int,
-            budget_mb: float) -> None:
+def _worker(
+    rank: int, world: int, tmp: str, n: int, dim: int, per_class: float, protocol: str, threads: int, budget_mb: float
+) -> None:
     import torch
     import torch.distributed as dist
 
@@ -89,8 +90,15 @@ def _worker(rank: int, world: int, tmp: str, n: int, dim: int, per_class: float,
             json.dump({"seconds": seconds, "metrics": metrics}, fh)
 
 
-def run(n: int = 20000, dim: int = 128, per_class: float = 5, protocol: str = "self", processes: int = 2,
-        threads: int = 2, budget_mb: float = 256) -> list[dict[str, Any]]:
+def run(
+    n: int = 20000,
+    dim: int = 128,
+    per_class: float = 5,
+    protocol: str = "self",
+    processes: int = 2,
+    threads: int = 2,
+    budget_mb: float = 256,
+) -> list[dict[str, Any]]:
     """One row per setting (1 process, ``processes`` processes): seconds, ratio to one process, equality."""
     import torch.multiprocessing as mp
 
@@ -102,12 +110,22 @@ def run(n: int = 20000, dim: int = 128, per_class: float = 5, protocol: str = "s
     with tempfile.TemporaryDirectory() as tmp:
         for world in (1, processes):
             per_process = max(1, threads // world)
-            mp.spawn(_worker, args=(world, tmp, n, dim, per_class, protocol, per_process, budget_mb), nprocs=world,
-                     join=True)
+            mp.spawn(
+                _worker, args=(world, tmp, n, dim, per_class, protocol, per_process, budget_mb), nprocs=world, join=True
+            )
             with open(os.path.join(tmp, f"result{world}.json")) as fh:
                 r = json.load(fh)
-            rows.append({"processes": world, "threads_each": per_process, "n": n, "dim": dim, "protocol": protocol,
-                         "seconds": r["seconds"], "metrics": r["metrics"]})
+            rows.append(
+                {
+                    "processes": world,
+                    "threads_each": per_process,
+                    "n": n,
+                    "dim": dim,
+                    "protocol": protocol,
+                    "seconds": r["seconds"],
+                    "metrics": r["metrics"],
+                }
+            )
     for row in rows:
         row["ratio_to_one_process"] = rows[0]["seconds"] / row["seconds"]
         row["equal"] = row["metrics"] == rows[0]["metrics"]
@@ -115,11 +133,31 @@ def run(n: int = 20000, dim: int = 128, per_class: float = 5, protocol: str = "s
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = ["processes", "threads each", "protocol", "n x d", "seconds", "1-process time / this", "P@1", "MAP@R",
-            "equal to 1 process"]
-    cells = [[str(r["processes"]), str(r["threads_each"]), r["protocol"], f"{r['n']} x {r['dim']}", f"{r['seconds']:.2f}",
-              f"{r['ratio_to_one_process']:.2f}", f"{r['metrics']['precision_at_1']:.4f}",
-              f"{r['metrics']['mean_average_precision_at_r']:.4f}", "yes" if r["equal"] else "NO"] for r in rows]
+    head = [
+        "processes",
+        "threads each",
+        "protocol",
+        "n x d",
+        "seconds",
+        "1-process time / this",
+        "P@1",
+        "MAP@R",
+        "equal to 1 process",
+    ]
+    cells = [
+        [
+            str(r["processes"]),
+            str(r["threads_each"]),
+            r["protocol"],
+            f"{r['n']} x {r['dim']}",
+            f"{r['seconds']:.2f}",
+            f"{r['ratio_to_one_process']:.2f}",
+            f"{r['metrics']['precision_at_1']:.4f}",
+            f"{r['metrics']['mean_average_precision_at_r']:.4f}",
+            "yes" if r["equal"] else "NO",
+        ]
+        for r in rows
+    ]
     return h.table(head, cells)
 
 
@@ -128,8 +166,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=20000, help="number of embeddings (default 20000)")
     p.add_argument("--dim", type=int, default=128, help="embedding dimension (default 128)")
     p.add_argument("--per-class", type=float, default=5, help="mean items per label (default 5)")
-    p.add_argument("--protocol", choices=["self", "gallery"], default="self",
-                   help="self: every item against the others; gallery: first half queries, second half gallery")
+    p.add_argument(
+        "--protocol",
+        choices=["self", "gallery"],
+        default="self",
+        help="self: every item against the others; gallery: first half queries, second half gallery",
+    )
     p.add_argument("--processes", type=int, default=2, help="processes of the sharded setting (default 2)")
     p.add_argument("--threads", type=int, default=2, help="torch threads in all, split over the processes (default 2)")
     p.add_argument("--budget-mb", type=float, default=256, help="gallery block budget per process (default 256)")
@@ -137,9 +179,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return h.main(_parser().parse_args(argv),
-                  lambda a: run(a.n, a.dim, a.per_class, a.protocol, a.processes, a.threads, a.budget_mb),
-                  format_table, ok=lambda rows: all(r["equal"] for r in rows))
+    return h.main(
+        _parser().parse_args(argv),
+        lambda a: run(a.n, a.dim, a.per_class, a.protocol, a.processes, a.threads, a.budget_mb),
+        format_table,
+        ok=lambda rows: all(r["equal"] for r in rows),
+    )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,9 @@ from benchmarks import _harness as h
 __all__ = ["make_latent_file", "make_tiled_file", "run", "format_table", "plot", "main"]
 
 
-def make_latent_file(path: Path, n: int, dim: int, per_class: float, latent_dim: int, seed: int,
-                     block: int = 65536) -> np.ndarray:
+def make_latent_file(
+    path: Path, n: int, dim: int, per_class: float, latent_dim: int, seed: int, block: int = 65536
+) -> np.ndarray:
     """Write ``(n, dim)`` unit vectors of classes in a ``latent_dim`` subspace to ``path``; return the labels."""
     if not 1 <= latent_dim <= dim:
         raise ValueError(f"--latent-dim must be between 1 and --dim ({dim}); got {latent_dim}")
@@ -74,8 +75,9 @@ def make_latent_file(path: Path, n: int, dim: int, per_class: float, latent_dim:
     return labels
 
 
-def make_tiled_file(path: Path, n: int, source: np.ndarray, source_labels: np.ndarray, per_class: float, seed: int,
-                    block: int = 65536) -> np.ndarray:
+def make_tiled_file(
+    path: Path, n: int, source: np.ndarray, source_labels: np.ndarray, per_class: float, seed: int, block: int = 65536
+) -> np.ndarray:
     """Write ``n`` within-class mixtures of ``source`` rows (module docstring) to ``path``; return the labels."""
     from dmlkit.evaluation.streaming import nearest_distances_from_file
 
@@ -99,7 +101,11 @@ def make_tiled_file(path: Path, n: int, source: np.ndarray, source_labels: np.nd
         c = codes[a]
         b = order[starts[c] + rng.integers(0, sizes[c])]
         lam = rng.random((e - s, 1), dtype=np.float32)
-        x = lam * src[a] + (1 - lam) * src[b] + np.float32(sigma) * rng.standard_normal((e - s, src.shape[1]), dtype=np.float32)
+        x = (
+            lam * src[a]
+            + (1 - lam) * src[b]
+            + np.float32(sigma) * rng.standard_normal((e - s, src.shape[1]), dtype=np.float32)
+        )
         out[s:e] = x / np.linalg.norm(x, axis=1, keepdims=True)
         labels[s:e] = c * groups + rng.integers(0, groups, size=e - s)
     out.flush()
@@ -116,17 +122,35 @@ def _index_bytes(index: Any, method: str, n: int, d: int, nlist: int) -> int:
     return n * 4 * d + 4 * int(index.hnsw.neighbors.size()) + 8 * (n + 1) + 4 * n
 
 
-def _method_rows(arr: np.ndarray, method: str, m: int, rep: np.ndarray, d_rep: np.ndarray, tune: np.ndarray,
-                 d_tune: np.ndarray, k: int, target: float, exact_per_query: float, max_ratio: float,
-                 seed: int) -> dict[str, Any]:
+def _method_rows(
+    arr: np.ndarray,
+    method: str,
+    m: int,
+    rep: np.ndarray,
+    d_rep: np.ndarray,
+    tune: np.ndarray,
+    d_tune: np.ndarray,
+    k: int,
+    target: float,
+    exact_per_query: float,
+    max_ratio: float,
+    seed: int,
+) -> dict[str, Any]:
     from dmlkit.evaluation.approx_index import (
-        build_index, plan_index, recall_at_1, search_ladder, search_neighbours, set_search_param, tune_search,
+        build_index,
+        plan_index,
+        recall_at_1,
+        search_ladder,
+        search_neighbours,
+        set_search_param,
+        tune_search,
     )
 
     n, d = arr.shape
     plan = plan_index(n, method, {"M": m} if method == "hnsw" else None)
-    built = h.measure(lambda: build_index(plan, lambda s, e: np.ascontiguousarray(arr[s:e], dtype=np.float32),
-                                          n, d, 65536, seed))
+    built = h.measure(
+        lambda: build_index(plan, lambda s, e: np.ascontiguousarray(arr[s:e], dtype=np.float32), n, d, 65536, seed)
+    )
     index = built.value
     chosen, curve = tune_search(index, arr, np.ascontiguousarray(arr[tune]), tune, d_tune, target, rerank=plan.rerank)
     q = np.ascontiguousarray(arr[rep], dtype=np.float32)
@@ -140,18 +164,41 @@ def _method_rows(arr: np.ndarray, method: str, m: int, rep: np.ndarray, d_rep: n
         points.append({"value": value, "recall": recall, "seconds_per_query": per_query, "chosen": value == chosen})
         if value >= chosen and (recall >= 0.99 or per_query > max_ratio * exact_per_query):
             break
-    out = {"method": method, "setting": plan.describe() + (f" rerank={plan.rerank}" if plan.rerank else ""), "param": plan.search_name, "build_seconds": built.seconds,
-           "build_peak_anon_bytes": built.peak_anon_bytes, "index_bytes": _index_bytes(index, method, n, d, plan.nlist),
-           "chosen": chosen, "tune_recall": curve[-1].recall, "tune_lower": curve[-1].lower,
-           "reached": curve[-1].lower >= target or curve[-1].recall == 1.0, "points": points}
+    out = {
+        "method": method,
+        "setting": plan.describe() + (f" rerank={plan.rerank}" if plan.rerank else ""),
+        "param": plan.search_name,
+        "build_seconds": built.seconds,
+        "build_peak_anon_bytes": built.peak_anon_bytes,
+        "index_bytes": _index_bytes(index, method, n, d, plan.nlist),
+        "chosen": chosen,
+        "tune_recall": curve[-1].recall,
+        "tune_lower": curve[-1].lower,
+        "reached": curve[-1].lower >= target or curve[-1].recall == 1.0,
+        "points": points,
+    }
     del index
     return out
 
 
-def run(n: int = 1_000_000, dim: int = 128, per_class: float = 5, seed: int = 0, data: str = "isotropic",
-        latent_dim: int = 16, source: str | None = None, source_labels: str | None = None, methods: tuple[str, ...] = ("ivf", "ivf_sq8", "hnsw"), hnsw_m: int = 32,
-        queries: int = 1000, tune_sample: int = 1000, target: float = 0.95, budget_mb: float = 256,
-        max_ratio: float = 3.0, plot_path: str | None = None) -> dict[str, Any]:
+def run(
+    n: int = 1_000_000,
+    dim: int = 128,
+    per_class: float = 5,
+    seed: int = 0,
+    data: str = "isotropic",
+    latent_dim: int = 16,
+    source: str | None = None,
+    source_labels: str | None = None,
+    methods: tuple[str, ...] = ("ivf", "ivf_sq8", "hnsw"),
+    hnsw_m: int = 32,
+    queries: int = 1000,
+    tune_sample: int = 1000,
+    target: float = 0.95,
+    budget_mb: float = 256,
+    max_ratio: float = 3.0,
+    plot_path: str | None = None,
+) -> dict[str, Any]:
     from benchmarks.retrieval_large import make_file
     from dmlkit.evaluation.streaming import nearest_distances_from_file, retrieval_metrics_from_file
 
@@ -178,18 +225,35 @@ def run(n: int = 1_000_000, dim: int = 128, per_class: float = 5, seed: int = 0,
         rep, tune = np.sort(order[:queries]), np.sort(order[queries : queries + tune_sample])
         nearest = nearest_distances_from_file(arr, np.concatenate([rep, tune]), budget_mb=budget_mb)
         d_rep, d_tune = nearest[:queries], nearest[queries:]
-        exact = h.measure(lambda: retrieval_metrics_from_file(arr, labels, budget_mb=budget_mb, query_sample=queries, seed=seed))
+        exact = h.measure(
+            lambda: retrieval_metrics_from_file(arr, labels, budget_mb=budget_mb, query_sample=queries, seed=seed)
+        )
         exact_pq = exact.seconds / queries
-        rows = [_method_rows(arr, m, hnsw_m, rep, d_rep, tune, d_tune, k, target, exact_pq, max_ratio, seed)
-                for m in methods]
+        rows = [
+            _method_rows(arr, m, hnsw_m, rep, d_rep, tune, d_tune, k, target, exact_pq, max_ratio, seed)
+            for m in methods
+        ]
         del arr
     name = {"latent": f"latent (L={latent_dim})", "tiled": f"tiled from {Path(str(source)).name}"}.get(data, data)
-    result = {"n": n, "dim": dim, "data": name, "per_class": per_class,
-              "k": k, "queries": queries, "tune_sample": tune_sample, "target": target, "budget_mb": budget_mb,
-              "file_bytes": n * dim * 4, "write_seconds": write_s,
-              "exact": {"seconds_per_query": exact_pq, "peak_anon_bytes": exact.peak_anon_bytes,
-                        "precision_at_1": exact.value["precision_at_1"]},
-              "methods": rows}
+    result = {
+        "n": n,
+        "dim": dim,
+        "data": name,
+        "per_class": per_class,
+        "k": k,
+        "queries": queries,
+        "tune_sample": tune_sample,
+        "target": target,
+        "budget_mb": budget_mb,
+        "file_bytes": n * dim * 4,
+        "write_seconds": write_s,
+        "exact": {
+            "seconds_per_query": exact_pq,
+            "peak_anon_bytes": exact.peak_anon_bytes,
+            "precision_at_1": exact.value["precision_at_1"],
+        },
+        "methods": rows,
+    }
     if plot_path:
         result["plot"] = str(plot(result, plot_path))
     return result
@@ -199,26 +263,56 @@ def format_table(r: dict[str, Any]) -> str:
     n = r["n"]
     ex = r["exact"]
     exact_all = n * ex["seconds_per_query"]
-    head = ["index", "search param", "recall@1", "search ms/query", "build s", "build peak MiB", "index MiB",
-            "all queries s", "exact / approx"]
-    rows = [["exact (streamed)", f"budget {r['budget_mb']:g} MB", "1.0000", f"{1000 * ex['seconds_per_query']:.3f}", "-",
-             f"{ex['peak_anon_bytes'] / h.MIB:.0f}", "-", f"{exact_all:,.1f}", "1.00x"]]
+    head = [
+        "index",
+        "search param",
+        "recall@1",
+        "search ms/query",
+        "build s",
+        "build peak MiB",
+        "index MiB",
+        "all queries s",
+        "exact / approx",
+    ]
+    rows = [
+        [
+            "exact (streamed)",
+            f"budget {r['budget_mb']:g} MB",
+            "1.0000",
+            f"{1000 * ex['seconds_per_query']:.3f}",
+            "-",
+            f"{ex['peak_anon_bytes'] / h.MIB:.0f}",
+            "-",
+            f"{exact_all:,.1f}",
+            "1.00x",
+        ]
+    ]
     summary = []
     for m in r["methods"]:
         for i, p in enumerate(m["points"]):
             total = m["build_seconds"] + n * p["seconds_per_query"]
-            rows.append([m["setting"] if i == 0 else "", f"{m['param']}={p['value']}{' *' if p['chosen'] else ''}",
-                         f"{p['recall']:.4f}", f"{1000 * p['seconds_per_query']:.3f}",
-                         f"{m['build_seconds']:.1f}" if i == 0 else "",
-                         f"{m['build_peak_anon_bytes'] / h.MIB:.0f}" if i == 0 else "",
-                         f"{m['index_bytes'] / h.MIB:.0f}" if i == 0 else "", f"{total:,.1f}", f"{exact_all / total:.2f}x"])
+            rows.append(
+                [
+                    m["setting"] if i == 0 else "",
+                    f"{m['param']}={p['value']}{' *' if p['chosen'] else ''}",
+                    f"{p['recall']:.4f}",
+                    f"{1000 * p['seconds_per_query']:.3f}",
+                    f"{m['build_seconds']:.1f}" if i == 0 else "",
+                    f"{m['build_peak_anon_bytes'] / h.MIB:.0f}" if i == 0 else "",
+                    f"{m['index_bytes'] / h.MIB:.0f}" if i == 0 else "",
+                    f"{total:,.1f}",
+                    f"{exact_all / total:.2f}x",
+                ]
+            )
         best = next(p for p in m["points"] if p["chosen"])
         total = m["build_seconds"] + n * best["seconds_per_query"]
         reached = "reaches" if m["reached"] else "does NOT reach"
-        summary.append(f"{m['setting']}: tuned {m['param']}={m['chosen']} {reached} {r['target']} on the tuning sample "
-                       f"({m['tune_recall']:.4f}, lower bound {m['tune_lower']:.4f}), {best['recall']:.4f} on the "
-                       f"timed queries; all {n:,} queries "
-                       f"{total:,.1f} s vs exact {exact_all:,.1f} s ({exact_all / total:.2f}x)")
+        summary.append(
+            f"{m['setting']}: tuned {m['param']}={m['chosen']} {reached} {r['target']} on the tuning sample "
+            f"({m['tune_recall']:.4f}, lower bound {m['tune_lower']:.4f}), {best['recall']:.4f} on the "
+            f"timed queries; all {n:,} queries "
+            f"{total:,.1f} s vs exact {exact_all:,.1f} s ({exact_all / total:.2f}x)"
+        )
     lines = [
         f"gallery {n:,} x {r['dim']} float32 on disk ({r['file_bytes'] / h.MIB:.0f} MiB), data {r['data']}, "
         f"{r['per_class']:g} items per class, exact P@1 {ex['precision_at_1']:.4f}; K = {r['k']} neighbours per query",
@@ -243,8 +337,12 @@ def plot(r: dict[str, Any], path: str | Path) -> Path:
     for m in r["methods"]:
         xs = [1000 * p["seconds_per_query"] for p in m["points"]]
         ys = [p["recall"] for p in m["points"]]
-        (line,) = ax.plot(xs, ys, marker="o", label=f"{m['setting']} (build {m['build_seconds']:.0f} s, "
-                                                      f"{m['index_bytes'] / h.MIB:.0f} MiB)")
+        (line,) = ax.plot(
+            xs,
+            ys,
+            marker="o",
+            label=f"{m['setting']} (build {m['build_seconds']:.0f} s, {m['index_bytes'] / h.MIB:.0f} MiB)",
+        )
         for p, x, y in zip(m["points"], xs, ys):
             ax.annotate(str(p["value"]), (x, y), textcoords="offset points", xytext=(3, -10), fontsize=7)
             if p["chosen"]:
@@ -294,8 +392,24 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
     bad = [m for m in methods if m not in APPROX_METHODS]
     if bad or not methods:
         raise SystemExit(f"--methods: {bad or 'none given'}; choose from {', '.join(APPROX_METHODS)}")
-    return run(a.n, a.dim, a.per_class, a.seed, a.data, a.latent_dim, a.source, a.source_labels, methods, a.hnsw_m, a.queries, a.tune_sample,
-               a.target, a.budget_mb, a.max_ratio, a.plot or None)
+    return run(
+        a.n,
+        a.dim,
+        a.per_class,
+        a.seed,
+        a.data,
+        a.latent_dim,
+        a.source,
+        a.source_labels,
+        methods,
+        a.hnsw_m,
+        a.queries,
+        a.tune_sample,
+        a.target,
+        a.budget_mb,
+        a.max_ratio,
+        a.plot or None,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

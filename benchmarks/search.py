@@ -43,7 +43,9 @@ def clustered_embeddings(n: int, dim: int, clusters: int, seed: int, spread: flo
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((clusters, dim), dtype=np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    x = centres[rng.integers(0, clusters, n)] + rng.standard_normal((n, dim), dtype=np.float32) * np.float32(spread / dim**0.5)
+    x = centres[rng.integers(0, clusters, n)] + rng.standard_normal((n, dim), dtype=np.float32) * np.float32(
+        spread / dim**0.5
+    )
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
@@ -57,10 +59,13 @@ def bench_index(n: int, dim: int, queries: int, clusters: int, threads: int, see
     data = clustered_embeddings(n + queries, dim, clusters, seed)
     x, q = data[:n], data[n:]
     nlist = max(1, int(round(n**0.5)))
-    configs = [("exact", IndexConfig("exact")), (f"ivf{nlist} nprobe=4", IndexConfig("ivf", nlist=nlist, nprobe=4)),
-               (f"ivf{nlist} nprobe=16", IndexConfig("ivf", nlist=nlist, nprobe=16)),
-               ("hnsw16 ef=16", IndexConfig("hnsw", m=16, ef_construction=40, ef_search=16)),
-               ("hnsw16 ef=64", IndexConfig("hnsw", m=16, ef_construction=40, ef_search=64))]
+    configs = [
+        ("exact", IndexConfig("exact")),
+        (f"ivf{nlist} nprobe=4", IndexConfig("ivf", nlist=nlist, nprobe=4)),
+        (f"ivf{nlist} nprobe=16", IndexConfig("ivf", nlist=nlist, nprobe=16)),
+        ("hnsw16 ef=16", IndexConfig("hnsw", m=16, ef_construction=40, ef_search=16)),
+        ("hnsw16 ef=64", IndexConfig("hnsw", m=16, ef_construction=40, ef_search=64)),
+    ]
     rows, truth, built = [], None, {}
     for name, cfg in configs:
         key = (cfg.mode, cfg.nlist, cfg.m)
@@ -87,8 +92,15 @@ def bench_index(n: int, dim: int, queries: int, clusters: int, threads: int, see
         single_qps = len(single) / (time.perf_counter() - start)
         if truth is None:
             truth = ids
-        rows.append({"index": name, "build_s": build, "qps": queries / elapsed, "single_qps": single_qps,
-                     "recall@10": recall_at_k(ids, truth)})
+        rows.append(
+            {
+                "index": name,
+                "build_s": build,
+                "qps": queries / elapsed,
+                "single_qps": single_qps,
+                "recall@10": recall_at_k(ids, truth),
+            }
+        )
     for row in rows:
         row["speedup"] = row["qps"] / rows[0]["qps"]
         row["single_speedup"] = row["single_qps"] / rows[0]["single_qps"]
@@ -169,10 +181,12 @@ def bench_embedding(run_dir: Path, images: Path, workdir: Path, threads: int) ->
         r = embed_images(run, images, workdir / f"emb{next(counter)}.npy", batch_size=256, quiet=True)
         return r.count
 
-    rows = [{"path": "eager, batch 256 (reference)", "images_per_s": _rate(eager_big)},
-            {"path": "eager, batch 1", "images_per_s": _rate(eager_one)},
-            {"path": "TorchScript, batch 256", "images_per_s": _rate(script_big)},
-            {"path": "dmlkit embed (PNG files)", "images_per_s": _rate(pipeline, warmup=0)}]
+    rows = [
+        {"path": "eager, batch 256 (reference)", "images_per_s": _rate(eager_big)},
+        {"path": "eager, batch 1", "images_per_s": _rate(eager_one)},
+        {"path": "TorchScript, batch 256", "images_per_s": _rate(script_big)},
+        {"path": "dmlkit embed (PNG files)", "images_per_s": _rate(pipeline, warmup=0)},
+    ]
     for row in rows:
         row["ratio"] = row["images_per_s"] / rows[0]["images_per_s"]
     return rows
@@ -211,12 +225,18 @@ def _load(call: Callable[[], None], requests: int, seconds: float, concurrency: 
     wall = time.perf_counter() - start
     lat = sorted(latencies)
     pick = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))]  # noqa: E731
-    return {"requests": len(lat), "p50_ms": statistics.median(lat), "p90_ms": pick(0.9), "p99_ms": pick(0.99),
-            "req_per_s": len(lat) / wall}
+    return {
+        "requests": len(lat),
+        "p50_ms": statistics.median(lat),
+        "p90_ms": pick(0.9),
+        "p99_ms": pick(0.99),
+        "req_per_s": len(lat) / wall,
+    }
 
 
-def bench_server(index_dir: Path, run_dir: Path, query: Path, requests: int, seconds: float,
-                 concurrency: int) -> list[dict[str, Any]]:
+def bench_server(
+    index_dir: Path, run_dir: Path, query: Path, requests: int, seconds: float, concurrency: int
+) -> list[dict[str, Any]]:
     import httpx
     import uvicorn
 
@@ -236,6 +256,7 @@ def bench_server(index_dir: Path, run_dir: Path, query: Path, requests: int, sec
     rows = []
     try:
         with httpx.Client(base_url=base, timeout=30) as client:
+
             def check(response: httpx.Response) -> None:
                 if response.status_code != 200:
                     raise RuntimeError(f"{response.request.url}: {response.status_code} {response.text[:200]}")
@@ -243,8 +264,9 @@ def bench_server(index_dir: Path, run_dir: Path, query: Path, requests: int, sec
             calls = {
                 "GET /api/info (reference)": lambda: check(client.get("/api/info")),
                 "GET /api/search/{id} k=10": lambda: check(client.get("/api/search/7", params={"k": 10})),
-                "POST /api/search (PNG) k=10": lambda: check(client.post(
-                    "/api/search", params={"k": 10}, files={"image": ("q.png", image, "image/png")})),
+                "POST /api/search (PNG) k=10": lambda: check(
+                    client.post("/api/search", params={"k": 10}, files={"image": ("q.png", image, "image/png")})
+                ),
             }
             for name, call in calls.items():
                 call()  # warm-up
@@ -258,17 +280,38 @@ def bench_server(index_dir: Path, run_dir: Path, query: Path, requests: int, sec
 
 
 # ------------------------------------------------------------------ driver
-def run(n: int = 100_000, dim: int = 128, queries: int = 1000, clusters: int = 1000, files: int = 2048,
-        requests: int = 200, seconds: float = 20.0, concurrency: int = 1, threads: int = 1, seed: int = 0,
-        parts: tuple[str, ...] = ("index", "embed", "serve")) -> dict[str, Any]:
+def run(
+    n: int = 100_000,
+    dim: int = 128,
+    queries: int = 1000,
+    clusters: int = 1000,
+    files: int = 2048,
+    requests: int = 200,
+    seconds: float = 20.0,
+    concurrency: int = 1,
+    threads: int = 1,
+    seed: int = 0,
+    parts: tuple[str, ...] = ("index", "embed", "serve"),
+) -> dict[str, Any]:
     """All parts of the benchmark; see the module docstring."""
     from dmlkit.search import IndexConfig, build_index_from_embeddings, embed_images
 
     if n < 2 or queries < 1 or files < 2 or requests < 1 or seconds <= 0 or concurrency < 1:
         raise ValueError("need n >= 2, queries >= 1, files >= 2, requests >= 1, seconds > 0, concurrency >= 1")
-    result: dict[str, Any] = {"settings": {"n": n, "dim": dim, "queries": queries, "clusters": clusters, "files": files,
-                                           "requests": requests, "seconds": seconds, "concurrency": concurrency,
-                                           "threads": threads, "seed": seed}}
+    result: dict[str, Any] = {
+        "settings": {
+            "n": n,
+            "dim": dim,
+            "queries": queries,
+            "clusters": clusters,
+            "files": files,
+            "requests": requests,
+            "seconds": seconds,
+            "concurrency": concurrency,
+            "threads": threads,
+            "seed": seed,
+        }
+    }
     if "index" in parts:
         result["index"] = bench_index(n, dim, queries, clusters, threads, seed)
     if "embed" in parts or "serve" in parts:
@@ -290,25 +333,56 @@ def format_table(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = []
     if "index" in result:
-        lines += [f"search: {s['n']} x {s['dim']} clustered embeddings ({s['clusters']} clusters), {s['queries']} held-out "
-                  f"queries, k=10, {s['threads']} thread(s)",
-                  h.table(["index", "build s", "batch q/s", "vs exact", "1-by-1 q/s", "vs exact", "recall@10"], [
-                      [r["index"], "(same)" if r["build_s"] != r["build_s"] else f"{r['build_s']:.2f}",
-                       f"{r['qps']:.0f}", f"{r['speedup']:.1f}x", f"{r['single_qps']:.0f}", f"{r['single_speedup']:.1f}x",
-                       f"{r['recall@10']:.4f}"] for r in result["index"]]),
-                  ""]
+        lines += [
+            f"search: {s['n']} x {s['dim']} clustered embeddings ({s['clusters']} clusters), {s['queries']} held-out "
+            f"queries, k=10, {s['threads']} thread(s)",
+            h.table(
+                ["index", "build s", "batch q/s", "vs exact", "1-by-1 q/s", "vs exact", "recall@10"],
+                [
+                    [
+                        r["index"],
+                        "(same)" if r["build_s"] != r["build_s"] else f"{r['build_s']:.2f}",
+                        f"{r['qps']:.0f}",
+                        f"{r['speedup']:.1f}x",
+                        f"{r['single_qps']:.0f}",
+                        f"{r['single_speedup']:.1f}x",
+                        f"{r['recall@10']:.4f}",
+                    ]
+                    for r in result["index"]
+                ],
+            ),
+            "",
+        ]
     if "embed" in result:
-        lines += [f"embedding throughput: quickstart model (ResNet-20, GAP, 128-d, 1x32x32), random weights, CPU, "
-                  f"{s['threads']} thread(s)",
-                  h.table(["path", "images/s", "ratio"],
-                          [[r["path"], f"{r['images_per_s']:.0f}", f"{r['ratio']:.2f}x"] for r in result["embed"]]),
-                  ""]
+        lines += [
+            f"embedding throughput: quickstart model (ResNet-20, GAP, 128-d, 1x32x32), random weights, CPU, "
+            f"{s['threads']} thread(s)",
+            h.table(
+                ["path", "images/s", "ratio"],
+                [[r["path"], f"{r['images_per_s']:.0f}", f"{r['ratio']:.2f}x"] for r in result["embed"]],
+            ),
+            "",
+        ]
     if "serve" in result:
-        lines += [f"server latency: uvicorn on 127.0.0.1, exact index of {s['files']} images, at most {s['requests']} "
-                  f"requests / {s['seconds']:g} s per endpoint, concurrency {s['concurrency']}",
-                  h.table(["endpoint", "n", "p50 ms", "p90 ms", "p99 ms", "req/s", "p50 ratio"], [
-                      [r["endpoint"], str(r["requests"]), f"{r['p50_ms']:.2f}", f"{r['p90_ms']:.2f}", f"{r['p99_ms']:.2f}",
-                       f"{r['req_per_s']:.1f}", f"{r['ratio']:.2f}x"] for r in result["serve"]])]
+        lines += [
+            f"server latency: uvicorn on 127.0.0.1, exact index of {s['files']} images, at most {s['requests']} "
+            f"requests / {s['seconds']:g} s per endpoint, concurrency {s['concurrency']}",
+            h.table(
+                ["endpoint", "n", "p50 ms", "p90 ms", "p99 ms", "req/s", "p50 ratio"],
+                [
+                    [
+                        r["endpoint"],
+                        str(r["requests"]),
+                        f"{r['p50_ms']:.2f}",
+                        f"{r['p90_ms']:.2f}",
+                        f"{r['p99_ms']:.2f}",
+                        f"{r['req_per_s']:.1f}",
+                        f"{r['ratio']:.2f}x",
+                    ]
+                    for r in result["serve"]
+                ],
+            ),
+        ]
     return "\n".join(lines).rstrip("\n")
 
 
@@ -333,7 +407,9 @@ def _run(a: argparse.Namespace) -> dict[str, Any]:
     unknown = set(parts) - {"index", "embed", "serve"}
     if unknown:
         raise ValueError(f"unknown --parts {sorted(unknown)}; choose from index, embed, serve")
-    return run(a.n, a.dim, a.queries, a.clusters, a.files, a.requests, a.seconds, a.concurrency, a.threads, a.seed, parts)
+    return run(
+        a.n, a.dim, a.queries, a.clusters, a.files, a.requests, a.seconds, a.concurrency, a.threads, a.seed, parts
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,13 +69,17 @@ def run(batch: int = 60, dim: int = 512, repeats: int = 10, warmup: int = 2, see
 
 
 def format_table(r: dict[str, Any]) -> str:
-    rows = [[name, f"{r[name]['rank2_s'] * 1e3:.3f}", f"{r[name]['matrix_s'] * 1e3:.3f}", f"{r[name]['ratio']:.1f}x"]
-            for name in ("forward", "forward_backward")]
-    return "\n".join([
-        f"SFT rank-2 vs explicit Eq. 4 matrix: B={r['batch']}, d={r['dim']}, float32, "
-        f"{r['threads']} threads, median of {r['repeats']}; max |diff| = {r['max_abs_diff']:.2e}",
-        h.table(["", "rank-2 (ms)", "matrix (ms)", "ratio"], rows),
-    ])
+    rows = [
+        [name, f"{r[name]['rank2_s'] * 1e3:.3f}", f"{r[name]['matrix_s'] * 1e3:.3f}", f"{r[name]['ratio']:.1f}x"]
+        for name in ("forward", "forward_backward")
+    ]
+    return "\n".join(
+        [
+            f"SFT rank-2 vs explicit Eq. 4 matrix: B={r['batch']}, d={r['dim']}, float32, "
+            f"{r['threads']} threads, median of {r['repeats']}; max |diff| = {r['max_abs_diff']:.2e}",
+            h.table(["", "rank-2 (ms)", "matrix (ms)", "ratio"], rows),
+        ]
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,7 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=512, help="feature dimension d (default 512)")
     p.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (default 10)")
     p.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
-    p.add_argument("--step-repeats", type=int, default=10, help="timed training steps per variant (0 skips the step table)")
+    p.add_argument(
+        "--step-repeats", type=int, default=10, help="timed training steps per variant (0 skips the step table)"
+    )
     return p
 
 

@@ -28,10 +28,14 @@ from dmlkit.models import ModelConfig, build_embedder
 VARIANTS = ("baseline", "translation", "sft", "sft_d")
 
 
-def _setup(variant: str, classes: int, dim: int, seed: int) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module, torch.optim.Optimizer]:
+def _setup(
+    variant: str, classes: int, dim: int, seed: int
+) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module, torch.optim.Optimizer]:
     torch.manual_seed(seed)
     normalize = "none" if variant == "sft_d" else "l2"
-    model = build_embedder(ModelConfig(backbone="resnet20", pooling="gap", embedding_dim=dim, normalize=normalize), in_channels=1)
+    model = build_embedder(
+        ModelConfig(backbone="resnet20", pooling="gap", embedding_dim=dim, normalize=normalize), in_channels=1
+    )
     loss: torch.nn.Module = create_loss("multi_similarity")
     miner = create_miner("multi_similarity")
     if variant != "baseline":
@@ -40,7 +44,9 @@ def _setup(variant: str, classes: int, dim: int, seed: int) -> tuple[torch.nn.Mo
     return model, loss, miner, torch.optim.Adam(list(model.parameters()) + list(loss.parameters()), lr=1e-3)
 
 
-def step_costs(batch_classes: int = 20, per_class: int = 3, dim: int = 128, repeats: int = 10, seed: int = 0) -> dict[str, Any]:
+def step_costs(
+    batch_classes: int = 20, per_class: int = 3, dim: int = 128, repeats: int = 10, seed: int = 0
+) -> dict[str, Any]:
     """Median seconds per training step of each variant and its ratio to the baseline."""
     g = torch.Generator().manual_seed(seed)
     images = torch.rand(batch_classes * per_class, 1, 32, 32, generator=g)
@@ -50,7 +56,11 @@ def step_costs(batch_classes: int = 20, per_class: int = 3, dim: int = 128, repe
     def step(variant: str) -> None:
         model, loss, miner, opt = parts[variant]
         emb = model(images)
-        value = loss(emb, labels, miner(emb.detach() if variant != "sft_d" else torch.nn.functional.normalize(emb.detach(), dim=1), labels))
+        value = loss(
+            emb,
+            labels,
+            miner(emb.detach() if variant != "sft_d" else torch.nn.functional.normalize(emb.detach(), dim=1), labels),
+        )
         opt.zero_grad(set_to_none=True)
         value.backward()
         opt.step()
@@ -58,15 +68,22 @@ def step_costs(batch_classes: int = 20, per_class: int = 3, dim: int = 128, repe
     times = h.interleaved({v: (lambda v=v: step(v)) for v in VARIANTS}, repeats, warmup=1)
     base = statistics.median(times["baseline"])
     return {
-        "batch": batch_classes * per_class, "dim": dim, "repeats": repeats, "threads": torch.get_num_threads(),
-        "variants": {v: {"median_s": statistics.median(t), "ratio": statistics.median(t) / base} for v, t in times.items()},
+        "batch": batch_classes * per_class,
+        "dim": dim,
+        "repeats": repeats,
+        "threads": torch.get_num_threads(),
+        "variants": {
+            v: {"median_s": statistics.median(t), "ratio": statistics.median(t) / base} for v, t in times.items()
+        },
     }
 
 
 def format_step_table(r: dict[str, Any]) -> str:
     rows = [[v, f"{m['median_s'] * 1e3:.1f}", f"{m['ratio']:.2f}x"] for v, m in r["variants"].items()]
-    return "\n".join([
-        f"training step, ResNet-20 1x32x32, batch {r['batch']}, {r['dim']}-d, MS loss + miner, Adam; "
-        f"{r['threads']} threads, median of {r['repeats']} (interleaved)",
-        h.table(["variant", "ms/step", "vs baseline"], rows),
-    ])
+    return "\n".join(
+        [
+            f"training step, ResNet-20 1x32x32, batch {r['batch']}, {r['dim']}-d, MS loss + miner, Adam; "
+            f"{r['threads']} threads, median of {r['repeats']} (interleaved)",
+            h.table(["variant", "ms/step", "vs baseline"], rows),
+        ]
+    )

@@ -35,8 +35,9 @@ DEFAULT_SETS = ("data.max_classes=300", "plots=false", "eval.clustering=false")
 def _config(config: str, steps: int, sets: Sequence[str]) -> Any:
     from dmlkit.config import load_config
 
-    return load_config(config, [*DEFAULT_SETS, *sets, f"train.max_steps={steps}", f"train.val_every={steps}",
-                                "train.patience=1000"])
+    return load_config(
+        config, [*DEFAULT_SETS, *sets, f"train.max_steps={steps}", f"train.val_every={steps}", "train.patience=1000"]
+    )
 
 
 def trainer_seconds(cfg: Any, folder: Path) -> float:
@@ -49,8 +50,9 @@ def trainer_seconds(cfg: Any, folder: Path) -> float:
     return float(summary["train_seconds"])
 
 
-def bare_step(model: Any, objective: Any, optimizer: Any, images: torch.Tensor, labels: torch.Tensor, step: int,
-              bf16: bool) -> None:
+def bare_step(
+    model: Any, objective: Any, optimizer: Any, images: torch.Tensor, labels: torch.Tensor, step: int, bf16: bool
+) -> None:
     """One training step as the Trainer takes it: the model's forward under bfloat16 autocast when ``bf16``
     (its output in float32, as Fabric's precision plug-in), the objective in float32, backward, optimiser step."""
     from contextlib import nullcontext
@@ -97,7 +99,9 @@ def bare_seconds(cfg: Any, device: str = "cpu") -> float:
     return time.perf_counter() - started
 
 
-def run(config: str = "configs/quickstart.yaml", steps: int = 60, repeats: int = 3, sets: Sequence[str] = ()) -> dict[str, Any]:
+def run(
+    config: str = "configs/quickstart.yaml", steps: int = 60, repeats: int = 3, sets: Sequence[str] = ()
+) -> dict[str, Any]:
     cfg = _config(config, steps, sets)
     trainer, bare = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,8 +114,14 @@ def run(config: str = "configs/quickstart.yaml", steps: int = 60, repeats: int =
                     bare.append(bare_seconds(cfg))
     ratios = [t / b for t, b in zip(trainer, bare)]
     return {
-        "config": config, "steps": steps, "repeats": repeats, "sets": list(sets), "threads": torch.get_num_threads(),
-        "trainer_seconds": trainer, "bare_seconds": bare, "ratios": ratios,
+        "config": config,
+        "steps": steps,
+        "repeats": repeats,
+        "sets": list(sets),
+        "threads": torch.get_num_threads(),
+        "trainer_seconds": trainer,
+        "bare_seconds": bare,
+        "ratios": ratios,
         "median_ratio": statistics.median(ratios),
     }
 
@@ -123,8 +133,11 @@ def format_table(r: dict[str, Any]) -> str:
         rows.append([name, f"{1.0 / per_step:.2f}", f"{1000 * per_step:.1f}", ", ".join(f"{s:.1f}" for s in r[key])])
     spread = f"{min(r['ratios']):.3f}x .. {max(r['ratios']):.3f}x"
     head = f"{r['config']}, {r['steps']} steps x {r['repeats']} interleaved rounds, {r['threads']} threads"
-    return (f"{head}\n" + h.table(["loop", "steps/s", "ms/step", "seconds per round"], rows)
-            + f"\ntrainer / bare per step: median {r['median_ratio']:.3f}x (rounds: {spread}; goal <= 1.05x)")
+    return (
+        f"{head}\n"
+        + h.table(["loop", "steps/s", "ms/step", "seconds per round"], rows)
+        + f"\ntrainer / bare per step: median {r['median_ratio']:.3f}x (rounds: {spread}; goal <= 1.05x)"
+    )
 
 
 def _parser():
@@ -132,8 +145,9 @@ def _parser():
     p.add_argument("--config", default="configs/quickstart.yaml")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override (repeatable)")
+    p.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)"
+    )
     return p
 
 

@@ -65,10 +65,16 @@ def run(shapes: list[str], classes: int, dim: int, repeats: int, threads: int = 
             ours, pml = TripletMarginLoss(margin=0.0961), pml_losses.TripletMarginLoss(margin=0.0961)
             calls = {"dmlkit": lambda: _step(ours, x, y, ref, ref_y), "pml": lambda: _step(pml, x, y, ref, ref_y)}
             times = h.interleaved(calls, repeats, warmup=2, sync=sync)
-            rows.append({"device": device, "shape": spec, "dmlkit_s": statistics.median(times["dmlkit"]),
-                         "pml_s": statistics.median(times["pml"]),
-                         "peak_bytes": [_peak(calls["dmlkit"], device), _peak(calls["pml"], device)],
-                         "equal": bool(torch.equal(calls["dmlkit"](), calls["pml"]()))})
+            rows.append(
+                {
+                    "device": device,
+                    "shape": spec,
+                    "dmlkit_s": statistics.median(times["dmlkit"]),
+                    "pml_s": statistics.median(times["pml"]),
+                    "peak_bytes": [_peak(calls["dmlkit"], device), _peak(calls["pml"], device)],
+                    "equal": bool(torch.equal(calls["dmlkit"](), calls["pml"]())),
+                }
+            )
             rows[-1]["ratio"] = rows[-1]["pml_s"] / rows[-1]["dmlkit_s"]
     return {"classes": classes, "dim": dim, "repeats": repeats, "threads": threads, "rows": rows}
 
@@ -78,24 +84,43 @@ def format_table(result: dict[str, Any]) -> str:
         return "-" if v is None else f"{v / 2**20:.0f}"
 
     head = ["device", "batch x refs", "dmlkit ms", "PML ms", "PML / dmlkit", "peak MiB (dmlkit, PML)", "equal"]
-    body = [[r["device"], r["shape"], f"{1e3 * r['dmlkit_s']:.2f}", f"{1e3 * r['pml_s']:.2f}", f"{r['ratio']:.1f}",
-             f"{mib(r['peak_bytes'][0])}, {mib(r['peak_bytes'][1])}", "yes" if r["equal"] else "NO"]
-            for r in result["rows"]]
-    return (f"triplet margin loss over all triplets, forward + backward, {result['classes']} classes, dim "
-            f"{result['dim']}, median of {result['repeats']} calls, {result['threads']} thread(s)\n" + h.table(head, body))
+    body = [
+        [
+            r["device"],
+            r["shape"],
+            f"{1e3 * r['dmlkit_s']:.2f}",
+            f"{1e3 * r['pml_s']:.2f}",
+            f"{r['ratio']:.1f}",
+            f"{mib(r['peak_bytes'][0])}, {mib(r['peak_bytes'][1])}",
+            "yes" if r["equal"] else "NO",
+        ]
+        for r in result["rows"]
+    ]
+    return (
+        f"triplet margin loss over all triplets, forward + backward, {result['classes']} classes, dim "
+        f"{result['dim']}, median of {result['repeats']} calls, {result['threads']} thread(s)\n" + h.table(head, body)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = h.parser("triplet", __doc__)
-    p.add_argument("--shapes", nargs="+", default=["60xself", "60x2640", "120x5280"],
-                   help="BATCHxREFS: REFS references, or 'self' for the batch against itself")
+    p.add_argument(
+        "--shapes",
+        nargs="+",
+        default=["60xself", "60x2640", "120x5280"],
+        help="BATCHxREFS: REFS references, or 'self' for the batch against itself",
+    )
     p.add_argument("--classes", type=int, default=330)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args(argv)
-    return h.main(args, lambda a: run(a.shapes, a.classes, a.dim, a.repeats, a.threads), format_table,
-                  ok=lambda r: all(row["equal"] for row in r["rows"]))
+    return h.main(
+        args,
+        lambda a: run(a.shapes, a.classes, a.dim, a.repeats, a.threads),
+        format_table,
+        ok=lambda r: all(row["equal"] for row in r["rows"]),
+    )
 
 
 if __name__ == "__main__":

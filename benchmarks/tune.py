@@ -42,8 +42,14 @@ def _fill(study: Any, finished: int, seed: int = 0) -> None:
     trials = []
     for number in range(finished):
         params = {p.key: sampler.sample_independent(study, None, p.key, p.distribution()) for p in space.parameters}
-        trials.append(optuna.trial.create_trial(params=params, distributions=space.distributions(),
-                                                value=0.3 + 0.001 * (number % 97), user_attrs={"worker": "bench"}))
+        trials.append(
+            optuna.trial.create_trial(
+                params=params,
+                distributions=space.distributions(),
+                value=0.3 + 0.001 * (number % 97),
+                user_attrs={"worker": "bench"},
+            )
+        )
     study.add_trials(trials)
 
 
@@ -59,16 +65,25 @@ def _cycles(storage_spec: str, study_name: str, repeats: int) -> list[float]:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)  # the cycle is what optimize() runs too
     folder, _, url = storage_spec.partition("|")
-    study = optuna.load_study(study_name=study_name, storage=open_storage(Path(folder), url or None),
-                              sampler=make_sampler(SearchSettings(seed=1)))
+    study = optuna.load_study(
+        study_name=study_name,
+        storage=open_storage(Path(folder), url or None),
+        sampler=make_sampler(SearchSettings(seed=1)),
+    )
     space, times = space_for(SPACE), []
     for _ in range(repeats):
         started = time.perf_counter()
         counted_trials(study.get_trials(deepcopy=False))
         trial = study.ask()
         space.suggest(trial)
-        for key, value in (("worker", "bench"), ("run_dir", "trials/x"), ("sem", None), ("steps", [1200]),
-                           ("best_steps", [800]), ("train_seconds", 600.0)):
+        for key, value in (
+            ("worker", "bench"),
+            ("run_dir", "trials/x"),
+            ("sem", None),
+            ("steps", [1200]),
+            ("best_steps", [800]),
+            ("train_seconds", 600.0),
+        ):
             trial.set_user_attr(key, value)
         study.tell(trial, 0.4)
         times.append(time.perf_counter() - started)
@@ -84,10 +99,20 @@ def _trial_seconds() -> float:
     from dmlkit.tune import SearchSettings, SearchSpace, tune
 
     space = SearchSpace.from_mapping({"loss.params.base": {"type": "float", "low": 0.3, "high": 0.7}})
-    small = ["data.max_classes=24", "data.val_fraction=0.25", "model.embedding_dim=16", "train.batch_size=16",
-             "train.m_per_class=4", "train.max_steps=8", "train.val_every=4", "eval.clustering=false"]
+    small = [
+        "data.max_classes=24",
+        "data.val_fraction=0.25",
+        "model.embedding_dim=16",
+        "train.batch_size=16",
+        "train.m_per_class=4",
+        "train.max_steps=8",
+        "train.val_every=4",
+        "eval.clustering=false",
+    ]
     with tempfile.TemporaryDirectory() as out:
-        tune("configs/quickstart.yaml", space=space, trials=1, out=out, overrides=small, settings=SearchSettings())  # warm-up
+        tune(
+            "configs/quickstart.yaml", space=space, trials=1, out=out, overrides=small, settings=SearchSettings()
+        )  # warm-up
     with tempfile.TemporaryDirectory() as out:
         started = time.perf_counter()
         tune("configs/quickstart.yaml", space=space, trials=1, out=out, overrides=small, settings=SearchSettings())
@@ -145,12 +170,29 @@ def run(finished: list[int], jobs: int, repeats: int, postgres: str | None, tria
 
 
 def format_table(result: dict[str, Any]) -> str:
-    head = ["storage", "finished trials", "workers", "ms per trial cycle", "% of smallest trial",
-            f"% of a {result['reference_trial_s']:.0f} s trial"]
-    body = [[r["storage"], r["finished"], r["jobs"], f"{1e3 * r['cycle_s']:.1f}", f"{100 * r['share_smallest']:.1f}",
-             f"{100 * r['share_reference']:.3f}"] for r in result["rows"]]
-    return (f"study overhead per trial (read + count + ask/TPE + 6 attributes + tell), median of {result['repeats']} "
-            f"cycles per worker; smallest trial trained here: {result['smallest_trial_s']:.1f} s\n" + h.table(head, body))
+    head = [
+        "storage",
+        "finished trials",
+        "workers",
+        "ms per trial cycle",
+        "% of smallest trial",
+        f"% of a {result['reference_trial_s']:.0f} s trial",
+    ]
+    body = [
+        [
+            r["storage"],
+            r["finished"],
+            r["jobs"],
+            f"{1e3 * r['cycle_s']:.1f}",
+            f"{100 * r['share_smallest']:.1f}",
+            f"{100 * r['share_reference']:.3f}",
+        ]
+        for r in result["rows"]
+    ]
+    return (
+        f"study overhead per trial (read + count + ask/TPE + 6 attributes + tell), median of {result['repeats']} "
+        f"cycles per worker; smallest trial trained here: {result['smallest_trial_s']:.1f} s\n" + h.table(head, body)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

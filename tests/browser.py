@@ -110,7 +110,11 @@ def shared_context(config: pytest.Config) -> Any:
     pw = sync_playwright().start()
     try:
         context = pw.chromium.launch_persistent_context(
-            profile, executable_path=str(executable), headless=True, args=CHROMIUM_ARGS, chromium_sandbox=False,
+            profile,
+            executable_path=str(executable),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            chromium_sandbox=False,
         )
     except Exception as err:
         pw.stop()

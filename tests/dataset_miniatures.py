@@ -90,8 +90,14 @@ def write_cars(root: Path, num_classes: int = 8, per_class: int = 2, layout: str
             rows.append(dict(c=c, n=n, test=k % 2))
     if layout == "annos":
         ann = [
-            dict(relative_im_path=f"car_ims/{r['n']:06d}.jpg", bbox_x1=u8(1), bbox_y1=u8(1), bbox_x2=u8(30), bbox_y2=u8(20),
-                 **{"class": u8(r["c"]), "test": u8(r["test"])})
+            dict(
+                relative_im_path=f"car_ims/{r['n']:06d}.jpg",
+                bbox_x1=u8(1),
+                bbox_y1=u8(1),
+                bbox_x2=u8(30),
+                bbox_y2=u8(20),
+                **{"class": u8(r["c"]), "test": u8(r["test"])},
+            )
             for r in rows
         ]
         fields = ["relative_im_path", "bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class", "test"]
@@ -102,10 +108,22 @@ def write_cars(root: Path, num_classes: int = 8, per_class: int = 2, layout: str
     (root / "devkit").mkdir(parents=True)
     savemat(root / "devkit" / "cars_meta.mat", {"class_names": _cell(names)})
     fields = ["bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2", "class", "fname"]
-    for part, folder, mat in ((0, "cars_train", "devkit/cars_train_annos.mat"), (1, "cars_test", "cars_test_annos_withlabels.mat")):
+    for part, folder, mat in (
+        (0, "cars_train", "devkit/cars_train_annos.mat"),
+        (1, "cars_test", "cars_test_annos_withlabels.mat"),
+    ):
         mine = [r for r in rows if r["test"] == part]
-        ann = [dict(bbox_x1=u8(1), bbox_y1=u8(1), bbox_x2=u8(30), bbox_y2=u8(20), fname=f"{i + 1:05d}.jpg", **{"class": u8(r["c"])})
-               for i, r in enumerate(mine)]
+        ann = [
+            dict(
+                bbox_x1=u8(1),
+                bbox_y1=u8(1),
+                bbox_x2=u8(30),
+                bbox_y2=u8(20),
+                fname=f"{i + 1:05d}.jpg",
+                **{"class": u8(r["c"])},
+            )
+            for i, r in enumerate(mine)
+        ]
         savemat(root / mat, {"annotations": _mat_struct(ann, fields)})
         for i, r in enumerate(mine):
             _jpeg(root / folder / f"{i + 1:05d}.jpg", r["n"])
@@ -225,10 +243,18 @@ def write_cifar100(root: Path, per_class: int = 1) -> Path:
     fine = [c for c in range(100) for _ in range(per_class)]
     for i, name in enumerate(["train", "test"]):
         with open(base / name, "wb") as f:
-            pickle.dump(_cifar_batch(fine, "fine_labels", {b"coarse_labels": [c // 5 for c in fine]}, seed=i), f, protocol=2)
+            pickle.dump(
+                _cifar_batch(fine, "fine_labels", {b"coarse_labels": [c // 5 for c in fine]}, seed=i), f, protocol=2
+            )
     with open(base / "meta", "wb") as f:
-        pickle.dump({b"fine_label_names": [f"fine{c}".encode() for c in range(100)],
-                     b"coarse_label_names": [f"coarse{c}".encode() for c in range(20)]}, f, protocol=2)
+        pickle.dump(
+            {
+                b"fine_label_names": [f"fine{c}".encode() for c in range(100)],
+                b"coarse_label_names": [f"coarse{c}".encode() for c in range(20)],
+            },
+            f,
+            protocol=2,
+        )
     return root
 
 

@@ -197,7 +197,12 @@ def _run(command: list[str], folder: Path, what: str, timeout_s: float) -> subpr
     env = dict(os.environ, LC_ALL="C", LANG="C", PGTZ="UTC")
     try:
         result = subprocess.run(
-            _as_server_user(command), cwd=folder, env=env, capture_output=True, text=True, timeout=timeout_s,
+            _as_server_user(command),
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
     except subprocess.TimeoutExpired as err:
         raise RuntimeError(f"{what} took over {timeout_s:.0f} s: {' '.join(command)}") from err
@@ -232,25 +237,48 @@ def postgres_server(
     server: PostgresServer | None = None
     try:
         result = _run(
-            [str(binaries / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
-             "--locale=C", "--no-sync"],
-            folder, "initdb", start_timeout_s,
+            [
+                str(binaries / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+            folder,
+            "initdb",
+            start_timeout_s,
         )
         if result.returncode != 0:
             raise RuntimeError(f"initdb failed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}")
         # Only the unix socket and IPv4 loopback, both without password.
-        (data / "pg_hba.conf").write_text(
-            "local all all trust\nhost all all 127.0.0.1/32 trust\n"
-        )
+        (data / "pg_hba.conf").write_text("local all all trust\nhost all all 127.0.0.1/32 trust\n")
         for attempt in range(3):  # the free port may be taken between choosing and binding it: choose again
             port = _free_port()
             server = PostgresServer(f"{SQLALCHEMY_SCHEME}://{SUPERUSER}@127.0.0.1:{port}/{database}", port, folder, 0.0)
             options = " ".join(f"-c {key}={value}" for key, value in SERVER_SETTINGS.items())
             options += f" -p {port} -k {folder}"
             result = _run(
-                [str(binaries / "pg_ctl"), "start", "-D", str(data), "-l", str(server.log), "-o", options,
-                 "-w", "-t", str(int(start_timeout_s))],
-                folder, "pg_ctl start", start_timeout_s + 5,
+                [
+                    str(binaries / "pg_ctl"),
+                    "start",
+                    "-D",
+                    str(data),
+                    "-l",
+                    str(server.log),
+                    "-o",
+                    options,
+                    "-w",
+                    "-t",
+                    str(int(start_timeout_s)),
+                ],
+                folder,
+                "pg_ctl start",
+                start_timeout_s + 5,
             )
             if result.returncode == 0:
                 break
@@ -282,8 +310,22 @@ def postgres_server(
     finally:
         try:
             if (data / "postmaster.pid").exists():
-                _run([str(binaries / "pg_ctl"), "stop", "-D", str(data), "-m", "immediate", "-w",
-                      "-t", str(STOP_TIMEOUT_S)], folder, "pg_ctl stop", STOP_TIMEOUT_S + 5)
+                _run(
+                    [
+                        str(binaries / "pg_ctl"),
+                        "stop",
+                        "-D",
+                        str(data),
+                        "-m",
+                        "immediate",
+                        "-w",
+                        "-t",
+                        str(STOP_TIMEOUT_S),
+                    ],
+                    folder,
+                    "pg_ctl stop",
+                    STOP_TIMEOUT_S + 5,
+                )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 

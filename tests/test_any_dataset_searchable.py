@@ -24,8 +24,18 @@ from dmlkit.config import load_config
 from dmlkit.data import create_dataset
 from dmlkit.search import load_embeddings, load_exported_model, load_run_model
 
-TWO_STEPS = ["train.max_steps=2", "train.val_every=2", "train.log_every=1", "train.batch_size=8", "train.m_per_class=2",
-             "data.val_fraction=0", "data.augment=false", "model.embedding_dim=8", "eval.clustering=false", "plots=false"]
+TWO_STEPS = [
+    "train.max_steps=2",
+    "train.val_every=2",
+    "train.log_every=1",
+    "train.batch_size=8",
+    "train.m_per_class=2",
+    "data.val_fraction=0",
+    "data.augment=false",
+    "model.embedding_dim=8",
+    "eval.clustering=false",
+    "plots=false",
+]
 
 
 def _image_files(name: str, root: Path, split: str, out: Path, **options) -> tuple[list[Path], object]:
@@ -49,7 +59,9 @@ def _image_folder(root: Path) -> Path:
             for j in range(2):
                 path = root / split / f"class{c}" / f"{j}.jpg"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                Image.fromarray(np.random.default_rng(8 * c + j).integers(0, 256, (30, 40, 3), dtype=np.uint8)).save(path)
+                Image.fromarray(np.random.default_rng(8 * c + j).integers(0, 256, (30, 40, 3), dtype=np.uint8)).save(
+                    path
+                )
     return root
 
 
@@ -69,7 +81,9 @@ def test_a_run_of_any_dataset_embeds_searches_and_exports(name, tmp_path, capsys
     cfg = load_config("configs/quickstart.yaml", [f"data.name={name}", f"data.root={root}", *TWO_STEPS, *extra])
     run = tmp_path / "run"
     build_trainer(cfg, run, quiet=True).fit()
-    files, dataset = _image_files(name, root, "test", tmp_path / "files", image_size=cfg.data.image_size, **cfg.data.params)
+    files, dataset = _image_files(
+        name, root, "test", tmp_path / "files", image_size=cfg.data.image_size, **cfg.data.params
+    )
     listing = tmp_path / "files.txt"
     listing.write_text("".join(f"{p}\n" for p in files))
     emb = tmp_path / "e" / "embeddings.npy"

@@ -11,7 +11,13 @@ import torch
 
 from dmlkit.evaluation import retrieval_metrics
 from dmlkit.evaluation.approx_index import (
-    build_index, load_index, plan_index, recall_at_1, search_ladder, set_search_param, tune_search,
+    build_index,
+    load_index,
+    plan_index,
+    recall_at_1,
+    search_ladder,
+    set_search_param,
+    tune_search,
 )
 from dmlkit.evaluation.streaming import retrieval_metrics_from_file
 
@@ -68,7 +74,10 @@ def test_tuning_picks_the_cheapest_ladder_value_that_reaches_the_target(method):
         reference.append(float(np.mean(d <= exact * (1 + 1e-5) + 1e-12)))
     # reached: the one-sided 95% Wilson lower bound on the 300 tuning queries is at least the target
     z, m = 1.6448536269514722, 300
-    lower = [(r + z * z / (2 * m) - z * math.sqrt(r * (1 - r) / m + z * z / (4 * m * m))) / (1 + z * z / m) for r in reference]
+    lower = [
+        (r + z * z / (2 * m) - z * math.sqrt(r * (1 - r) / m + z * z / (4 * m * m))) / (1 + z * z / m)
+        for r in reference
+    ]
     first = next(v for v, r, lo in zip(search_ladder(index), reference, lower) if lo >= target or r == 1.0)
     assert chosen == first
     assert [p.recall for p in curve] == pytest.approx(reference[: len(curve)])
@@ -99,8 +108,9 @@ def test_a_target_no_setting_reaches_warns_and_reports_it():
     x = rng.standard_normal((1500, 64)).astype(np.float32)  # isotropic: the hard case
     y = rng.integers(0, 300, 1500)
     with pytest.warns(RuntimeWarning, match="exact search"):
-        got = retrieval_metrics_from_file(x, y, approx="hnsw", approx_params={"M": 2}, target_recall=1.0,
-                                          recall_sample=200, tune_sample=200)
+        got = retrieval_metrics_from_file(
+            x, y, approx="hnsw", approx_params={"M": 2}, target_recall=1.0, recall_sample=200, tune_sample=200
+        )
     assert got["approx_target_reached"] == 0.0 and got["approx_efSearch"] == 2048
 
 
@@ -110,11 +120,18 @@ def test_a_saved_index_is_used_and_checked_against_the_embeddings(tmp_path):
     x, y = low_dim_data(n=1000)
     np.save(tmp_path / "emb.npy", x)
     SearchIndex.build(x, IndexConfig(mode="ivf", nlist=8, nprobe=8)).save(tmp_path / "idx")
-    got = retrieval_metrics_from_file(tmp_path / "emb.npy", y, index_file=tmp_path / "idx", approx_params={"nprobe": 8},
-                                      recall_sample=200)
-    assert got.pop("approx_recall_at_1") == 1.0 and got.pop("approx_nprobe") == 8 and got.pop("approx_recall_sample") == 200
+    got = retrieval_metrics_from_file(
+        tmp_path / "emb.npy", y, index_file=tmp_path / "idx", approx_params={"nprobe": 8}, recall_sample=200
+    )
+    assert (
+        got.pop("approx_recall_at_1") == 1.0
+        and got.pop("approx_nprobe") == 8
+        and got.pop("approx_recall_sample") == 200
+    )
     assert got == pytest.approx(retrieval_metrics(x, y), abs=1e-9)
-    with pytest.raises(ValueError, match=r"holds 1000 vectors of dimension 32 but the embeddings are 999 x 32.*rebuild"):
+    with pytest.raises(
+        ValueError, match=r"holds 1000 vectors of dimension 32 but the embeddings are 999 x 32.*rebuild"
+    ):
         retrieval_metrics_from_file(x[:-1], y[:-1], index_file=tmp_path / "idx")
     with pytest.raises(ValueError, match=r"dimension 32 but the embeddings are 1000 x 16.*rebuild"):
         load_index(tmp_path / "idx", 1000, 16)
@@ -165,11 +182,14 @@ def test_ivf_sq8_reranked_by_exact_distance_from_the_file_gives_the_exact_metric
     np.save(tmp_path / "emb.npy", x)
     exact = retrieval_metrics(x, y)
     params = {"nlist": 8, "nprobe": 8}  # every list probed: only the 8-bit quantisation is approximate
-    got = retrieval_metrics_from_file(tmp_path / "emb.npy", y, approx="ivf_sq8", approx_params=params, recall_sample=1000)
+    got = retrieval_metrics_from_file(
+        tmp_path / "emb.npy", y, approx="ivf_sq8", approx_params=params, recall_sample=1000
+    )
     assert got.pop("approx_recall_at_1") == 1.0
     assert {k: got[k] for k in exact} == pytest.approx(exact, abs=1e-12)
-    raw = retrieval_metrics_from_file(tmp_path / "emb.npy", y, approx="ivf_sq8", approx_params={**params, "rerank": 1},
-                                      recall_sample=1000)
+    raw = retrieval_metrics_from_file(
+        tmp_path / "emb.npy", y, approx="ivf_sq8", approx_params={**params, "rerank": 1}, recall_sample=1000
+    )
     assert raw["approx_recall_at_1"] < 1.0  # without re-ranking the quantised distances misorder near neighbours
 
 

@@ -96,7 +96,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
                 return cycle
         stack.pop()
@@ -129,7 +129,13 @@ def test_the_graph_reader_sees_every_import_statement():
     """)
     modules = {"dmlkit", "dmlkit.a", "dmlkit.b", "dmlkit.c", "dmlkit.d", "dmlkit.e", "dmlkit.e.f", "dmlkit.here"}
     assert imports_in(source, "dmlkit.here", False, modules) == {
-        "dmlkit", "dmlkit.a", "dmlkit.b", "dmlkit.c", "dmlkit.d", "dmlkit.e.f"}
+        "dmlkit",
+        "dmlkit.a",
+        "dmlkit.b",
+        "dmlkit.c",
+        "dmlkit.d",
+        "dmlkit.e.f",
+    }
 
 
 def test_the_graph_reader_finds_a_cycle():
@@ -155,14 +161,20 @@ def test_components_import_no_tool_layer():
     assert violations(rules) == []
 
 
-@pytest.mark.parametrize("lower, higher", [
-    ("engine", ("methods", "assemble", "config", "protocols", "cli", "models", "losses", "augment", "proxies", "pooling")),
-    ("methods", ("assemble", "protocols", "cli", "report", "search", "serve", "pretrain")),
-    ("assemble", ("pretrain", "protocols", "cli", "report", "search", "serve")),
-    ("evaluation", ("augment", "losses", "proxies", "engine", "methods", "models")),
-    ("data", ("models",)),
-    ("config", ("methods", "assemble", "protocols", "cli", "report", "search", "serve", "pretrain")),
-])
+@pytest.mark.parametrize(
+    "lower, higher",
+    [
+        (
+            "engine",
+            ("methods", "assemble", "config", "protocols", "cli", "models", "losses", "augment", "proxies", "pooling"),
+        ),
+        ("methods", ("assemble", "protocols", "cli", "report", "search", "serve", "pretrain")),
+        ("assemble", ("pretrain", "protocols", "cli", "report", "search", "serve")),
+        ("evaluation", ("augment", "losses", "proxies", "engine", "methods", "models")),
+        ("data", ("models",)),
+        ("config", ("methods", "assemble", "protocols", "cli", "report", "search", "serve", "pretrain")),
+    ],
+)
 def test_layers_point_down(lower, higher):
     assert violations({lower: higher}) == []
 
@@ -222,7 +234,9 @@ def lab_imports_in(source: str) -> list[str]:
             names = [node.args[0].value] if called in ("import_module", "__import__") else []
         else:
             continue
-        found += [f"line {node.lineno}: {n}" for n in names if isinstance(n, str) and (n == LAB or n.startswith(LAB + "."))]
+        found += [
+            f"line {node.lineno}: {n}" for n in names if isinstance(n, str) and (n == LAB or n.startswith(LAB + "."))
+        ]
     return found
 
 
@@ -240,12 +254,20 @@ def test_the_lab_reader_sees_every_way_to_import_the_lab():
         from . import dmlkit_lab_like  # relative: inside dmlkit
     """)
     assert [f.split(": ")[1] for f in lab_imports_in(source)] == [
-        "dmlkit_lab", "dmlkit_lab.datasets", "dmlkit_lab.studies.pcc", "dmlkit_lab.recipes", "dmlkit_lab"]
+        "dmlkit_lab",
+        "dmlkit_lab.datasets",
+        "dmlkit_lab.studies.pcc",
+        "dmlkit_lab.recipes",
+        "dmlkit_lab",
+    ]
 
 
 def test_the_library_never_imports_the_lab():
-    found = [f"{path.relative_to(SRC)} {where}" for path in sorted(PACKAGE.rglob("*.py"))
-             for where in lab_imports_in(path.read_text())]
+    found = [
+        f"{path.relative_to(SRC)} {where}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for where in lab_imports_in(path.read_text())
+    ]
     assert found == [], "the library imports the lab (register from the lab's plug-in instead): " + "; ".join(found)
 
 

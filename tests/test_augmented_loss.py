@@ -31,7 +31,9 @@ def batch(seed: int = 0, b: int = 12, d: int = D, c: int = C, normalize: bool = 
     return (F.normalize(x, dim=1) if normalize else x), y
 
 
-def augmented(loss, c: int = C, d: int = D, lam: float = 0.2, miner=None, score: str = "separate", **kwargs) -> FeatureAugmentedLoss:
+def augmented(
+    loss, c: int = C, d: int = D, lam: float = 0.2, miner=None, score: str = "separate", **kwargs
+) -> FeatureAugmentedLoss:
     return FeatureAugmentedLoss(loss, FeatureGenerator(c, d, **kwargs), lam=lam, miner=miner, score=score)
 
 
@@ -57,7 +59,9 @@ def rotation_reference(x: torch.Tensor, mu_from: torch.Tensor, mu_to: torch.Tens
     return torch.stack(out)
 
 
-def ms_reference(sim: torch.Tensor, labels: torch.Tensor, anchors: list[int], alpha=2.0, beta=50.0, base=0.5) -> torch.Tensor:
+def ms_reference(
+    sim: torch.Tensor, labels: torch.Tensor, anchors: list[int], alpha=2.0, beta=50.0, base=0.5
+) -> torch.Tensor:
     """Multi-similarity (Wang et al. 2019) over all pairs of the given anchors, averaged over those anchors."""
     losses = []
     for a in anchors:
@@ -143,7 +147,9 @@ def test_a_generated_batch_keeps_its_positives_with_many_classes(policy: str) ->
     other = FeatureGenerator(num_classes, D, target="all", seed=0)
     warm(other, num_classes)
     for y in pk_batches(num_classes, 20, 3, 40, seed=1):
-        x = F.normalize(torch.randn(60, D, generator=torch.Generator().manual_seed(int(y.sum())), dtype=torch.float64), dim=1)
+        x = F.normalize(
+            torch.randn(60, D, generator=torch.Generator().manual_seed(int(y.sum())), dtype=torch.float64), dim=1
+        )
         _, y_gen = gen.step(x.float(), y)
         assert y_gen.numel() == 60 and set(y_gen.tolist()) <= set(y.tolist())
         shares.append(positive_anchor_share(y_gen))
@@ -472,12 +478,21 @@ def test_config_validation_and_builder() -> None:
     assert build_augmented_loss(SFTConfig(), ms, C, D, None, 0) is ms
     cfg = SFTConfig(name="sft", lam=0.5, target="shared", score="joint", alpha=0.5, start_step=7)
     wrapped = build_augmented_loss(cfg, ms, C, D, None, 0, miner=miner)
-    assert isinstance(wrapped, FeatureAugmentedLoss) and wrapped.lam == 0.5 and wrapped.loss is ms and wrapped.miner is miner
+    assert (
+        isinstance(wrapped, FeatureAugmentedLoss)
+        and wrapped.lam == 0.5
+        and wrapped.loss is ms
+        and wrapped.miner is miner
+    )
     assert wrapped.score == "joint"
     g = wrapped.generator
     assert (g.target, g.centers.alpha, g.start_step, g.transform) == ("shared", 0.5, 7, "sft")
     unb = build_feature_generator(
-        SFTConfig(name="sft_d", scheme="unbalanced", tail_threshold=10, normalize_input=True), C, D, [20, 20, 20, 5, 5, 5], 1
+        SFTConfig(name="sft_d", scheme="unbalanced", tail_threshold=10, normalize_input=True),
+        C,
+        D,
+        [20, 20, 20, 5, 5, 5],
+        1,
     )
     assert unb.is_tail.tolist() == [False, False, False, True, True, True] and unb.normalize_input
     with pytest.raises(ValueError, match="methods.sft.name"):

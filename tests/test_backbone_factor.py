@@ -39,8 +39,16 @@ def test_a_seed_suffix_names_the_recipe_with_that_seed():
     assert P.pretrained_path("glyphs-resnet20@seed3").name.startswith("glyphs-resnet20@seed3-")
 
 
-@pytest.mark.parametrize("name", ["glyphs-resnet20@seed-1", "glyphs-resnet20@seedx", "glyphs-resnet20@1",
-                                  "glyphs-resnet20@seed", "glyphs-resnet20@seed1@seed2"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "glyphs-resnet20@seed-1",
+        "glyphs-resnet20@seedx",
+        "glyphs-resnet20@1",
+        "glyphs-resnet20@seed",
+        "glyphs-resnet20@seed1@seed2",
+    ],
+)
 def test_a_malformed_or_negative_seed_is_a_clear_error(name):
     with pytest.raises(ValueError, match=r"not a pretraining seed; write glyphs-resnet20@seed<N>"):
         P.split_pretrained_name(name)
@@ -74,10 +82,14 @@ def test_verdict_needs_the_share_on_every_backbone():
 
 
 def test_across_backbones_pools_the_per_seed_differences():
-    method = {"a": [{"seed": s, "m": v} for s, v in enumerate([0.5, 0.6, 0.7])],
-              "b": [{"seed": s, "m": v} for s, v in enumerate([0.3, 0.1, 0.2])]}
-    base = {"a": [{"seed": s, "m": v} for s, v in enumerate([0.4, 0.4, 0.4])],
-            "b": [{"seed": s, "m": v} for s, v in enumerate([0.2, 0.2, 0.2])]}
+    method = {
+        "a": [{"seed": s, "m": v} for s, v in enumerate([0.5, 0.6, 0.7])],
+        "b": [{"seed": s, "m": v} for s, v in enumerate([0.3, 0.1, 0.2])],
+    }
+    base = {
+        "a": [{"seed": s, "m": v} for s, v in enumerate([0.4, 0.4, 0.4])],
+        "b": [{"seed": s, "m": v} for s, v in enumerate([0.2, 0.2, 0.2])],
+    }
     pooled = across_backbones({b: paired_difference(method[b], base[b], ["m"]) for b in ("a", "b")}, ["m"])
     da, db = [0.1, 0.2, 0.3], [0.1, -0.1, 0.0]
     assert pooled["n"] == 6 and pooled["backbones"] == ["a", "b"]
@@ -109,14 +121,32 @@ def test_protocol_pairs_within_each_backbone_and_pools_over_them(tmp_path, monke
     monkeypatch.setitem(P.RECIPES, "tiny-factor", _tiny_recipe(0))
     backbones = ["tiny-factor", "tiny-factor@seed1"]
     configs = [_renamed(tmp_path, "base"), _renamed(tmp_path, "other", "loss:\n  name: contrastive\n")]
-    overrides = [*TINY_OVERRIDES, f"data.root={GLYPH_ROOT}", "plots=false", "eval.clustering=false", "train.max_steps=4",
-                 "train.val_every=4", "train.threads=1"]
+    overrides = [
+        *TINY_OVERRIDES,
+        f"data.root={GLYPH_ROOT}",
+        "plots=false",
+        "eval.clustering=false",
+        "train.max_steps=4",
+        "train.val_every=4",
+        "train.threads=1",
+    ]
     out = tmp_path / "table"
-    table = run_protocol("holdout", configs, out, seeds=[0, 1], overrides=[*overrides, "train.lr=0.01"],
-                         baselines=["base"], backbones=backbones)
+    table = run_protocol(
+        "holdout",
+        configs,
+        out,
+        seeds=[0, 1],
+        overrides=[*overrides, "train.lr=0.01"],
+        baselines=["base"],
+        backbones=backbones,
+    )
     record = json.loads((out / "results.json").read_text())
-    test = {(b, n, s): json.loads((out / b / f"{n}-seed{s}" / "summary.json").read_text())["test"][MAP]
-            for b in backbones for n in ("base", "other") for s in (0, 1)}
+    test = {
+        (b, n, s): json.loads((out / b / f"{n}-seed{s}" / "summary.json").read_text())["test"][MAP]
+        for b in backbones
+        for n in ("base", "other")
+        for s in (0, 1)
+    }
     for b in backbones:
         assert load_config(out / b / "other-seed0" / "config.yaml").model.pretrained == b
     deltas = {b: [test[b, "other", s] - test[b, "base", s] for s in (0, 1)] for b in backbones}
@@ -143,27 +173,50 @@ def test_protocol_pairs_within_each_backbone_and_pools_over_them(tmp_path, monke
     environment = json.loads(moved.read_text())
     environment["pretrained"]["checksum"] = "f" * 64
     moved.write_text(json.dumps(environment))
-    with pytest.raises(ValueError, match=r"'tiny-factor' started from 2 different sets .*ffffffffffff in other-seed1\)"):
-        run_protocol("holdout", configs, out, seeds=[0, 1], overrides=[*overrides, "train.lr=0.01"],
-                     baselines=["base"], backbones=backbones, reuse=True)
+    with pytest.raises(
+        ValueError, match=r"'tiny-factor' started from 2 different sets .*ffffffffffff in other-seed1\)"
+    ):
+        run_protocol(
+            "holdout",
+            configs,
+            out,
+            seeds=[0, 1],
+            overrides=[*overrides, "train.lr=0.01"],
+            baselines=["base"],
+            backbones=backbones,
+            reuse=True,
+        )
 
 
 def test_bad_backbone_lists_fail_before_anything_trains(tmp_path):
     config = "configs/testbed/testbed.yaml"
     with pytest.raises(ValueError, match="names one backbone twice"):
         run_protocol("holdout", [config], tmp_path, seeds=[0], backbones=["glyphs-resnet20", "glyphs-resnet20@seed0"])
-    with pytest.raises(ValueError, match="takes pretrained-backbone names .* or weights files; got 'resnet50.pt', which is "
-                                         r"neither \(no such file\)"):
+    with pytest.raises(
+        ValueError,
+        match="takes pretrained-backbone names .* or weights files; got 'resnet50.pt', which is "
+        r"neither \(no such file\)",
+    ):
         run_protocol("holdout", [config], tmp_path, seeds=[0], backbones=["resnet50.pt"])
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "w.pt").write_bytes(b"weights")
     with pytest.raises(ValueError, match=r"would share the label 'w' \(their runs' folder\)"):
-        run_protocol("holdout", [config], tmp_path / "out", seeds=[0], backbones=[str(tmp_path / "a" / "w.pt"),
-                                                                                  str(tmp_path / "b" / "w.pt")])
+        run_protocol(
+            "holdout",
+            [config],
+            tmp_path / "out",
+            seeds=[0],
+            backbones=[str(tmp_path / "a" / "w.pt"), str(tmp_path / "b" / "w.pt")],
+        )
     with pytest.raises(ValueError, match="names one backbone twice"):
-        run_protocol("holdout", [config], tmp_path / "out", seeds=[0], backbones=[str(tmp_path / "a" / "w.pt"),
-                                                                                  str(tmp_path / "b" / ".." / "a" / "w.pt")])
+        run_protocol(
+            "holdout",
+            [config],
+            tmp_path / "out",
+            seeds=[0],
+            backbones=[str(tmp_path / "a" / "w.pt"), str(tmp_path / "b" / ".." / "a" / "w.pt")],
+        )
     for folder in ("a", "b"):
         (tmp_path / folder / "w.pt").unlink()
         (tmp_path / folder).rmdir()
@@ -180,9 +233,19 @@ def test_a_weights_file_is_a_backbone_labelled_by_its_name(tmp_path, monkeypatch
     monkeypatch.setenv("DMLKIT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setitem(P.RECIPES, "tiny-factor", _tiny_recipe(0))
     config = _renamed(tmp_path, "base")
-    overrides = [*TINY_OVERRIDES, f"data.root={GLYPH_ROOT}", "plots=false", "eval.clustering=false", "train.max_steps=4",
-                 "train.val_every=4", "train.threads=1", "train.lr=0.01"]
-    run_protocol("holdout", [config], tmp_path / "built", seeds=[0], overrides=overrides, backbones=["tiny-factor@seed1"])
+    overrides = [
+        *TINY_OVERRIDES,
+        f"data.root={GLYPH_ROOT}",
+        "plots=false",
+        "eval.clustering=false",
+        "train.max_steps=4",
+        "train.val_every=4",
+        "train.threads=1",
+        "train.lr=0.01",
+    ]
+    run_protocol(
+        "holdout", [config], tmp_path / "built", seeds=[0], overrides=overrides, backbones=["tiny-factor@seed1"]
+    )
     carried = tmp_path / "elsewhere" / "seed1_from_cpu.pt"
     carried.parent.mkdir()
     carried.write_bytes(P.pretrained_path("tiny-factor@seed1").read_bytes())

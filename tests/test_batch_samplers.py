@@ -16,7 +16,9 @@ def test_registry_names():
     assert list_batch_samplers() == ["fastap_hard", "fastap_random", "m_per_class"]
 
 
-@pytest.mark.parametrize("name,params", [("m_per_class", {"m": 4}), ("fastap_random", {}), ("fastap_hard", {"batches_per_pair": 2})])
+@pytest.mark.parametrize(
+    "name,params", [("m_per_class", {"m": 4}), ("fastap_random", {}), ("fastap_hard", {"batches_per_pair": 2})]
+)
 def test_every_sampler_yields_full_batches_of_dataset_indices(glyphs_train, name, params):
     sampler = create_batch_sampler(name, glyphs_train, 64, seed=1, **params)
     sampler.set_epoch(0)

@@ -79,9 +79,22 @@ def test_bad_input_names_the_problem():
 
 def test_cli_prints_the_table_for_a_config():
     out = subprocess.run(
-        [sys.executable, "-m", "dmlkit", "data", "draws", "configs/quickstart.yaml", "--batches", "20",
-         *[a for o in TINY_OVERRIDES for a in ("--set", o)], "--set", "train.sampler=fastap_random"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "dmlkit",
+            "data",
+            "draws",
+            "configs/quickstart.yaml",
+            "--batches",
+            "20",
+            *[a for o in TINY_OVERRIDES for a in ("--set", o)],
+            "--set",
+            "train.sampler=fastap_random",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "sampler fastap_random, 20 batches of 16" in out
     header, rule, *rows = out.splitlines()[1:]

@@ -260,8 +260,10 @@ def test_classes_with_many_images_warn_and_name_the_cap():
 
     many = torch.arange(40).repeat_interleave(50)  # 40 classes x 50 images
     cats = torch.arange(40) % 4  # 4 categories of 10 classes
-    for make in (lambda **k: RandomClassBatchSampler(many, 60, **k),
-                 lambda **k: HardCategoryBatchSampler(many, cats, 60, **k)):
+    for make in (
+        lambda **k: RandomClassBatchSampler(many, 60, **k),
+        lambda **k: HardCategoryBatchSampler(many, cats, 60, **k),
+    ):
         with pytest.warns(RuntimeWarning, match=r"holds about 1\.2 classes .*max_images_per_class \(e\.g\. 3 for 20"):
             loose = make()
         assert min(len(set(many[b].tolist())) for b in loose.batches(0)) <= 2

@@ -66,8 +66,13 @@ def test_miner_mines_against_the_proxies():
 
 def _triplets(d: torch.Tensor, same: torch.Tensor, margin: float) -> float:
     """Brute force: mean of the positive ``d[a, p] - d[a, n] + margin`` over rows ``a`` (anchors) of ``d``."""
-    terms = [float(d[a, p] - d[a, n] + margin) for a in range(d.shape[0]) for p in range(d.shape[1])
-             for n in range(d.shape[1]) if same[a, p] and not same[a, n]]
+    terms = [
+        float(d[a, p] - d[a, n] + margin)
+        for a in range(d.shape[0])
+        for p in range(d.shape[1])
+        for n in range(d.shape[1])
+        if same[a, p] and not same[a, n]
+    ]
     positive = [t for t in terms if t > 0]
     return sum(positive) / len(positive) if positive else 0.0
 
@@ -85,9 +90,14 @@ def test_proxy_anchor_swaps_the_roles_of_proxies_and_samples():
     assert sample_anchor == pytest.approx(0.3620, abs=1e-3) and proxy_anchor == 0.0
     triplet = pml_losses.TripletMarginLoss(margin=0.1)
     assert float(ProxyPairLoss(triplet, bank)(x, y).detach()) == pytest.approx(sample_anchor, rel=1e-4)
-    assert float(ProxyPairLoss(triplet, bank, proxy_anchor=True)(x, y).detach()) == pytest.approx(proxy_anchor, abs=1e-6)
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3",
-                                                                      "methods.ccp.proxy_anchor=true"])
+    assert float(ProxyPairLoss(triplet, bank, proxy_anchor=True)(x, y).detach()) == pytest.approx(
+        proxy_anchor, abs=1e-6
+    )
+    cfg = load_config(
+        "configs/ccp_contrastive.yaml",
+        TINY_OVERRIDES
+        + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3", "methods.ccp.proxy_anchor=true"],
+    )
     assert build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0].loss.proxy_anchor is True
     for key in ("proxy_anchor", "restore_best"):
         with pytest.raises(ValueError, match=f"methods.ccp.{key} must be true or false"):
@@ -96,15 +106,20 @@ def test_proxy_anchor_swaps_the_roles_of_proxies_and_samples():
 
 def test_batch_term_adds_the_weighted_batch_pair_loss():
     labels = torch.arange(4).repeat(4)
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"])
+    cfg = load_config(
+        "configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"]
+    )
     assert cfg.methods.ccp.batch_loss_weight == 0.1  # the official default (ccp.loss_weight)
     terms = build_model(cfg, fake_train_set(labels)).objective.terms
     assert [t.name for t in terms] == ["metric", "batch", "projection"]
     x = F.normalize(torch.randn(16, 16, generator=torch.Generator().manual_seed(3)), dim=1)
     c1 = pml_losses.ContrastiveLoss(pos_margin=0.0, neg_margin=0.5)  # the config's loss, sample pairs only
     assert float(terms[1](x, labels, {}).detach()) == pytest.approx(0.1 * float(c1(x, labels)), rel=1e-5)
-    off = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3",
-                                                                      "methods.ccp.batch_loss_weight=0"])
+    off = load_config(
+        "configs/ccp_contrastive.yaml",
+        TINY_OVERRIDES
+        + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3", "methods.ccp.batch_loss_weight=0"],
+    )
     assert [t.name for t in build_model(off, fake_train_set(labels)).objective.terms] == ["metric", "projection"]
     with pytest.raises(ValueError, match="methods.ccp.batch_loss_weight"):
         CCPConfig(batch_loss_weight=-0.1)
@@ -134,23 +149,31 @@ def test_k_center_measures_proxies_and_pool_in_one_space():
     picked = bank.reinitialize(pool, labels)
     same_space = differs = 0
     for c in range(classes):
-        rows = pool[c * pool_size:(c + 1) * pool_size]
-        expected = _brute_force_k_center(rows, k, F.normalize(raw[c * per_class:(c + 1) * per_class], dim=1))
-        in_raw_space = _brute_force_k_center(rows, k, raw[c * per_class:(c + 1) * per_class])
+        rows = pool[c * pool_size : (c + 1) * pool_size]
+        expected = _brute_force_k_center(rows, k, F.normalize(raw[c * per_class : (c + 1) * per_class], dim=1))
+        in_raw_space = _brute_force_k_center(rows, k, raw[c * per_class : (c + 1) * per_class])
         same_space += (picked[c] - c * pool_size).tolist() == expected
         differs += in_raw_space != expected
     assert same_space == classes
     assert differs > 0  # the data tells the two spaces apart: measuring raw proxies would fail above
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"])
-    assert build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0].loss.bank.pool_normalize == "l2"
+    cfg = load_config(
+        "configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"]
+    )
+    assert (
+        build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0].loss.bank.pool_normalize == "l2"
+    )
 
 
 def test_ccp_method_wraps_the_loss_and_bad_input():
     assert CCP.from_config(load_config("configs/quickstart.yaml")) is None
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"])
+    cfg = load_config(
+        "configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3"]
+    )
     metric = build_model(cfg, fake_train_set(torch.arange(4).repeat(4))).objective.terms[0]
     assert isinstance(metric.loss, ProxyPairLoss) and metric.miner is None and metric.loss.bank.proxies.shape == (8, 16)
-    proxy_loss = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["loss.name=proxy_anchor", "loss.miner=null"])
+    proxy_loss = load_config(
+        "configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["loss.name=proxy_anchor", "loss.miner=null"]
+    )
     with pytest.raises(ValueError, match="pair or tuple loss"):
         build_model(proxy_loss, fake_train_set(torch.arange(4).repeat(8)))
     with pytest.raises(ValueError, match="pool_size"):
@@ -226,7 +249,9 @@ def test_reinitialize_takes_k_center_samples_of_each_class():
 
 
 def test_proxies_get_their_own_learning_rate():
-    cfg = load_config("configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxy_lr_mult=10", "train.loss_lr=0.002"])
+    cfg = load_config(
+        "configs/ccp_contrastive.yaml", TINY_OVERRIDES + ["methods.ccp.proxy_lr_mult=10", "train.loss_lr=0.002"]
+    )
     built = build_model(cfg, fake_train_set(torch.arange(4).repeat(cfg.methods.ccp.pool_size)))
     claimed = [g for m in built.methods for g in m.param_groups(cfg.train)]
     objective = built.objective
@@ -248,8 +273,17 @@ def test_a_projection_ends_on_its_own_patience_and_the_run_goes_on():
     s.begin_projection(0)
     assert [s.update(v, i) for i, v in enumerate([0.1, 0.3, 0.2, 0.25], start=1)] == [True, True, False, False]
     assert s.pending and not s.should_stop  # 2 validations below the projection's best 0.3 end it
-    assert s.projections[-1] == {"projection": 0, "start_step": 0, "end_step": 4, "steps": 4, "best_step": 2,
-                                 "steps_to_best": 2, "best": 0.3, "improved": True, "ended_by": "patience"}
+    assert s.projections[-1] == {
+        "projection": 0,
+        "start_step": 0,
+        "end_step": 4,
+        "steps": 4,
+        "best_step": 2,
+        "steps_to_best": 2,
+        "best": 0.3,
+        "improved": True,
+        "ended_by": "patience",
+    }
     s.begin_projection(4)
     assert [s.update(v, i) for i, v in enumerate([0.2, 0.25, 0.1], start=5)] == [False, False, False]
     assert not s.pending  # 0.1 is the projection's first bad validation (its best is 0.25)
@@ -281,8 +315,19 @@ def test_the_last_projection_is_ended_by_the_run_alone():
     single.update(0.45, 3), single.update(0.3, 4)
     assert single.should_stop  # train.patience = 3 validations since the best, as its baseline
     single.close(4)
-    assert single.projections == [{"projection": 0, "start_step": 0, "end_step": 4, "steps": 4, "best_step": 1,
-                                   "steps_to_best": 1, "best": 0.5, "improved": True, "ended_by": "run"}]
+    assert single.projections == [
+        {
+            "projection": 0,
+            "start_step": 0,
+            "end_step": 4,
+            "steps": 4,
+            "best_step": 1,
+            "steps_to_best": 1,
+            "best": 0.5,
+            "improved": True,
+            "ended_by": "run",
+        }
+    ]
     both = ProjectionStopping(patience=2, projection_patience=2)
     both.begin_projection(0)
     for i, v in enumerate([0.5, 0.4, 0.4], start=1):
@@ -295,8 +340,15 @@ def test_the_last_projection_is_ended_by_the_run_alone():
 # ----------------------------------------------------------------------------- Algorithm 1 on a tiny run
 
 CCP_TINY = TINY_OVERRIDES + [
-    "plots=false", "eval.clustering=false", "train.val_every=1", "train.max_steps=12", "train.patience=5",
-    "methods.ccp.patience=1", "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=4", "methods.ccp.lam=0.5",
+    "plots=false",
+    "eval.clustering=false",
+    "train.val_every=1",
+    "train.max_steps=12",
+    "train.patience=5",
+    "methods.ccp.patience=1",
+    "methods.ccp.proxies_per_class=2",
+    "methods.ccp.pool_size=4",
+    "methods.ccp.lam=0.5",
 ]
 
 
@@ -336,18 +388,22 @@ class WatchProjections(Callback):
         expected = []  # Algorithm 2 by brute force, from rho* mapped into the pool's (l2) space
         for c in range(bank.num_classes):
             rows = torch.nonzero(pool_labels == c).flatten()
-            rho = F.normalize(bank.rho_star[c * 2:c * 2 + 2], dim=1)
+            rho = F.normalize(bank.rho_star[c * 2 : c * 2 + 2], dim=1)
             expected.append(pool[rows[_brute_force_k_center(pool[rows], 2, rho)]])
-        self.checks.append({
-            "step": step,
-            "same_as_best": all(torch.equal(model_state[k], v) for k, v in best["model"].items()),
-            "kept_weights": all(torch.equal(a, b) for a, b in zip(now, self.params[step])),
-            "theta_star_is_projection_best": all(torch.equal(s, p) for s, p in zip(reg._snapshots(), self.params[ended["best_step"]])),
-            "theta_star_is_model": all(torch.equal(s, p) for s, p in zip(reg._snapshots(), now)),
-            "rho_star_is_projection_best": torch.equal(bank.rho_star, self.proxies[ended["best_step"]]),
-            "k_center_from_rho_star": torch.allclose(bank.proxies.detach(), torch.cat(expected), atol=1e-6),
-            "lam": reg.lam,
-        })
+        self.checks.append(
+            {
+                "step": step,
+                "same_as_best": all(torch.equal(model_state[k], v) for k, v in best["model"].items()),
+                "kept_weights": all(torch.equal(a, b) for a, b in zip(now, self.params[step])),
+                "theta_star_is_projection_best": all(
+                    torch.equal(s, p) for s, p in zip(reg._snapshots(), self.params[ended["best_step"]])
+                ),
+                "theta_star_is_model": all(torch.equal(s, p) for s, p in zip(reg._snapshots(), now)),
+                "rho_star_is_projection_best": torch.equal(bank.rho_star, self.proxies[ended["best_step"]]),
+                "k_center_from_rho_star": torch.allclose(bank.proxies.detach(), torch.cat(expected), atol=1e-6),
+                "lam": reg.lam,
+            }
+        )
 
 
 def _run(tmp_path_factory, name, *extra):
@@ -420,7 +476,9 @@ def test_restore_best_rolls_the_network_back_as_before(tmp_path_factory):
 
 def test_more_proxies_than_samples_of_a_class_is_reported_before_training(tmp_path):
     with pytest.raises(ValueError, match="methods.ccp.proxies_per_class=17 but training class"):
-        build_trainer(ccp_config("methods.ccp.proxies_per_class=17", "methods.ccp.pool_size=17"), tmp_path / "run", quiet=True).fit()
+        build_trainer(
+            ccp_config("methods.ccp.proxies_per_class=17", "methods.ccp.pool_size=17"), tmp_path / "run", quiet=True
+        ).fit()
 
 
 @pytest.mark.parametrize("where", ["first_end", "later_best"])

@@ -29,9 +29,15 @@ MINIATURES = {
 def test_ccp_gsp_zero_shot_config_builds_with_every_term(dataset, tmp_path):
     path = PAPER / f"thesis_t5.1_c1_ccp_gsp_{dataset}.yaml"
     overrides = [
-        f"data.root={MINIATURES[dataset](tmp_path / dataset)}", "data.image_size=32", "data.num_workers=0",
-        "model.backbone=resnet20", "model.pretrained=false", "model.embedding_dim=16", "train.batch_size=12",
-        "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=3",
+        f"data.root={MINIATURES[dataset](tmp_path / dataset)}",
+        "data.image_size=32",
+        "data.num_workers=0",
+        "model.backbone=resnet20",
+        "model.pretrained=false",
+        "model.embedding_dim=16",
+        "train.batch_size=12",
+        "methods.ccp.proxies_per_class=2",
+        "methods.ccp.pool_size=3",
     ]
     if load_config(path).model.local_dim is not None:
         overrides += ["model.local_dim=16"]  # the pooled local embedding is the 16-d embedding (model.head: none)

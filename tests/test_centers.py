@@ -56,7 +56,7 @@ def test_batch_cosine_measures_the_lag_before_the_update() -> None:
     x = torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 3.0], [5.0, 5.0]])
     y = torch.tensor([0, 0, 1, 2])  # class 2 has no centre yet: left out
     # class 0: cos((1,0), (1,1)) = 1/sqrt(2); class 1: cos((0,1), (0,3)) = 1
-    torch.testing.assert_close(cc.batch_cosine(x, y), torch.tensor((2 ** -0.5 + 1.0) / 2))
+    torch.testing.assert_close(cc.batch_cosine(x, y), torch.tensor((2**-0.5 + 1.0) / 2))
     assert torch.isnan(ClassCenters(3, 2).batch_cosine(x, y))
 
 

@@ -31,7 +31,9 @@ def test_the_whole_set_as_sample_equals_the_in_memory_clustering(data):
         assert got.pop("sample_size") == len(x) and got.pop("num_clusters") == 30
         assert got == clustering_metrics(x, labels, seed=seed)  # exactly, not approximately
     # several assignment blocks (room for 30 centroids + 900 sample rows + 100 block rows): still exact
-    small = clustering_metrics_from_file(path, labels, seed=0, sample_size=900, budget_mb=(30 + 900 + 100) * 4 * 6 / 2**20)
+    small = clustering_metrics_from_file(
+        path, labels, seed=0, sample_size=900, budget_mb=(30 + 900 + 100) * 4 * 6 / 2**20
+    )
     assert clustering_plan(900, 6, 30, (30 + 900 + 100) * 4 * 6 / 2**20, 900) == (900, 100)
     assert small == clustering_metrics_from_file(path, labels, seed=0)
 
@@ -83,7 +85,9 @@ def test_nan_rows_are_refused(data, tmp_path):
     with pytest.raises(ValueError, match="NaN.*check the model output"):
         clustering_metrics_from_file(tmp_path / "bad.npy", labels)  # in the sample
     with pytest.raises(ValueError, match=r"NaN.*rows 800\.\.|NaN.*sample"):
-        clustering_metrics_from_file(tmp_path / "bad.npy", labels, sample_size=30, budget_mb=(30 + 30 + 100) * 4 * 6 / 2**20)
+        clustering_metrics_from_file(
+            tmp_path / "bad.npy", labels, sample_size=30, budget_mb=(30 + 30 + 100) * 4 * 6 / 2**20
+        )
 
 
 def test_bench_clustering_large_reports_the_sample_and_the_in_memory_reference(capsys):

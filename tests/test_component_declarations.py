@@ -34,13 +34,19 @@ def self_mining_loss():
 
 
 def test_a_loss_that_takes_its_miner_gets_the_configs_miner_and_none_runs_outside(self_mining_loss):
-    loss, miner = build_loss(LossConfig(name="toy_self_mining", miner="multi_similarity",
-                                        miner_params={"epsilon": 0.2}), num_classes=None, embedding_size=None)
+    loss, miner = build_loss(
+        LossConfig(name="toy_self_mining", miner="multi_similarity", miner_params={"epsilon": 0.2}),
+        num_classes=None,
+        embedding_size=None,
+    )
     assert isinstance(loss, ContrastiveLoss) and miner is None
     assert self_mining_loss == {"miner": "multi_similarity", "miner_params": {"epsilon": 0.2}}
     with pytest.raises(ValueError, match="give the toy_self_mining miner either as loss.miner or as loss.params"):
-        build_loss(LossConfig(name="toy_self_mining", miner="multi_similarity", params={"miner": "pair_margin"}),
-                   num_classes=None, embedding_size=None)
+        build_loss(
+            LossConfig(name="toy_self_mining", miner="multi_similarity", params={"miner": "pair_margin"}),
+            num_classes=None,
+            embedding_size=None,
+        )
     _, outside = build_loss(LossConfig(name="contrastive", miner="multi_similarity"), None, None)
     assert outside is not None  # an ordinary loss: the miner runs outside it
 
@@ -68,8 +74,10 @@ def toy_poolings():
     _POOLINGS.unregister("toy_silent_pool")
 
 
-@pytest.mark.parametrize("pooling, logged", [("gsp", True), ("gsp_gmp", True), ("gap", False),
-                                             ("toy_entropy_pool", True), ("toy_silent_pool", False)])
+@pytest.mark.parametrize(
+    "pooling, logged",
+    [("gsp", True), ("gsp_gmp", True), ("gap", False), ("toy_entropy_pool", True), ("toy_silent_pool", False)],
+)
 def test_gsp_diagnostics_follow_what_the_pooling_declares(toy_poolings, pooling, logged):
     cfg = load_config("configs/quickstart.yaml", [f"model.pooling={pooling}"])
     assert (GSPDiagnostics.from_config(cfg) is not None) == logged

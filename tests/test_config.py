@@ -19,7 +19,9 @@ def test_quickstart_config_loads():
 
 
 def test_dotted_overrides_are_typed():
-    cfg = load_config("configs/quickstart.yaml", ["train.lr=0.5", "train.max_steps=7", "loss.params.alpha=3", "data.max_classes=null"])
+    cfg = load_config(
+        "configs/quickstart.yaml", ["train.lr=0.5", "train.max_steps=7", "loss.params.alpha=3", "data.max_classes=null"]
+    )
     assert cfg.train.lr == 0.5 and isinstance(cfg.train.lr, float)
     assert cfg.train.max_steps == 7
     assert cfg.loss.params == {"alpha": 3}
@@ -89,12 +91,19 @@ def test_shipped_fragments_name_no_run(path):
 
 
 def test_a_list_of_bases_merges_in_order_then_the_file(tmp_path):
-    (tmp_path / "method.yaml").write_text("name: m\nloss:\n  name: triplet_margin\ntrain:\n  lr: 0.5\n  batch_size: 32\n")
+    (tmp_path / "method.yaml").write_text(
+        "name: m\nloss:\n  name: triplet_margin\ntrain:\n  lr: 0.5\n  batch_size: 32\n"
+    )
     (tmp_path / "_regime.yaml").write_text("train:\n  lr: 0.125\n  max_steps: 9\n")
     (tmp_path / "v.yaml").write_text("base: [method.yaml, _regime.yaml]\nname: v\ntrain:\n  max_steps: 11\n")
     cfg = load_config(tmp_path / "v.yaml")
     assert (cfg.name, cfg.loss.name, cfg.train.lr, cfg.train.batch_size, cfg.train.max_steps) == (
-        "v", "triplet_margin", 0.125, 32, 11)
+        "v",
+        "triplet_margin",
+        0.125,
+        32,
+        11,
+    )
     (tmp_path / "w.yaml").write_text("base: [_regime.yaml, method.yaml]\nname: w\n")
     assert load_config(tmp_path / "w.yaml").train.lr == 0.5  # the later base wins
     (tmp_path / "x.yaml").write_text("base: [method.yaml, x.yaml]\nname: x\n")

@@ -24,4 +24,6 @@ def test_turning_a_method_on_or_changing_its_option_while_on_counts():
     on_other = load_config("configs/quickstart.yaml", ["methods.sft.name=sft", "methods.sft.alpha=0.123"])
     assert config_differences(on, on_other) == ["methods.sft.alpha"]
     ccp = load_config("configs/quickstart.yaml", ["methods.ccp.enabled=true"])
-    assert config_differences(ccp, load_config("configs/quickstart.yaml", ["methods.ccp.enabled=true", "methods.ccp.patience=9"])) == ["methods.ccp.patience"]
+    assert config_differences(
+        ccp, load_config("configs/quickstart.yaml", ["methods.ccp.enabled=true", "methods.ccp.patience=9"])
+    ) == ["methods.ccp.patience"]

@@ -21,8 +21,11 @@ from dmlkit.losses.registry import default_miner
 from dmlkit.pooling import create_pooling, list_poolings
 
 pytestmark = pytest.mark.cuda
-PRECISIONS = [pytest.param(None, id="fp32"), pytest.param(torch.bfloat16, id="bf16"),
-              pytest.param(torch.float16, id="fp16")]
+PRECISIONS = [
+    pytest.param(None, id="fp32"),
+    pytest.param(torch.bfloat16, id="bf16"),
+    pytest.param(torch.float16, id="fp16"),
+]
 
 
 def _autocast(dtype: torch.dtype | None):
@@ -76,10 +79,18 @@ def test_a_short_run_trains_and_evaluates_on_cuda(tmp_path, precision):
     from dmlkit.assemble import build_trainer
     from dmlkit.config import load_config
 
-    cfg = load_config("configs/quickstart.yaml", [
-        "data.max_classes=60", "train.max_steps=6", "train.val_every=3", "plots=false", "eval.clustering=false",
-        "train.accelerator=cuda", f"train.precision={precision}",
-    ])
+    cfg = load_config(
+        "configs/quickstart.yaml",
+        [
+            "data.max_classes=60",
+            "train.max_steps=6",
+            "train.val_every=3",
+            "plots=false",
+            "eval.clustering=false",
+            "train.accelerator=cuda",
+            f"train.precision={precision}",
+        ],
+    )
     summary = build_trainer(cfg, tmp_path / "run", quiet=True).fit()
     assert summary["steps"] == 6
     test = summary["test"] if "test" in summary else summary

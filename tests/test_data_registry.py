@@ -123,9 +123,22 @@ def test_prepare_dataset_uses_the_cache(tmp_path, monkeypatch):
 def test_data_config_defaults_and_validation():
     cfg = DataConfig()
     assert (cfg.name, cfg.root, cfg.image_size, cfg.val_fraction, cfg.max_classes, cfg.augment, cfg.num_workers) == (
-        "glyphs", None, 32, 0.2, None, True, 0
+        "glyphs",
+        None,
+        32,
+        0.2,
+        None,
+        True,
+        0,
     )
-    for bad in [dict(val_fraction=1.0), dict(val_fraction=-0.1), dict(image_size=4), dict(max_classes=0), dict(num_workers=-1), dict(name="")]:
+    for bad in [
+        dict(val_fraction=1.0),
+        dict(val_fraction=-0.1),
+        dict(image_size=4),
+        dict(max_classes=0),
+        dict(num_workers=-1),
+        dict(name=""),
+    ]:
         with pytest.raises(ValueError):
             DataConfig(**bad)
 

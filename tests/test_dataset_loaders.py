@@ -25,7 +25,9 @@ from dmlkit.data.datasets.mnist import MNISTDataset, read_idx
 def test_cub_first_half_train_second_half_test(tmp_path):
     root = M.write_cub(tmp_path, num_classes=8, per_class=2)
     train = create_dataset("cub", "train", root=root, image_size=32)
-    test = create_dataset("cub", "test", root=root / "CUB_200_2011", image_size=32)  # the extracted folder itself works too
+    test = create_dataset(
+        "cub", "test", root=root / "CUB_200_2011", image_size=32
+    )  # the extracted folder itself works too
     for ds in (train, test):
         check_dataset(ds)
     assert train.class_names == [f"{c:03d}.Bird_{c}" for c in range(1, 5)]
@@ -43,7 +45,9 @@ def test_cub_items_are_the_listed_images(tmp_path):
     # a 40x30 image: shorter side 30 -> 24, centre crop 24 -> exactly the PIL resize of the whole height
     img = Image.open(ds.paths[0]).convert("RGB").resize((32, 24), Image.Resampling.BILINEAR).crop((4, 0, 28, 24))
     expected = torch.from_numpy(np.asarray(img, dtype=np.float32) / 255).permute(2, 0, 1)
-    expected = (expected - torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)) / torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+    expected = (expected - torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)) / torch.tensor(
+        [0.229, 0.224, 0.225]
+    ).view(3, 1, 1)
     assert float((ds[0][0] - expected).abs().mean()) < 0.05
 
 
@@ -67,7 +71,9 @@ def test_cub_missing_annotation_file_is_named(tmp_path, missing):
 
 
 def test_cub_missing_folder_and_images(tmp_path):
-    with pytest.raises(ValueError, match=r"'images.txt' not found; expected it at .*nowhere/images.txt.*CUB_200_2011/images.txt"):
+    with pytest.raises(
+        ValueError, match=r"'images.txt' not found; expected it at .*nowhere/images.txt.*CUB_200_2011/images.txt"
+    ):
         create_dataset("cub", "train", root=tmp_path / "nowhere")
     root = M.write_cub(tmp_path / "data", num_classes=4, per_class=2)
     (root / "CUB_200_2011" / "images" / "001.Bird_1" / "Bird_1_0000.jpg").unlink()
@@ -147,7 +153,9 @@ def test_sop_missing_test_list(tmp_path):
 # ----------------------------------------------------------------- In-shop
 def test_inshop_query_and_gallery_share_labels(tmp_path):
     root = M.write_inshop(tmp_path, train_items=5, test_items=4)
-    train, query, gallery = (create_dataset("inshop", s, root=root, image_size=16) for s in ("train", "query", "gallery"))
+    train, query, gallery = (
+        create_dataset("inshop", s, root=root, image_size=16) for s in ("train", "query", "gallery")
+    )
     for ds in (train, query, gallery):
         check_dataset(ds)
     assert (train.num_classes, len(train)) == (5, 10)
@@ -183,7 +191,10 @@ def test_inshop_missing_partition_file(tmp_path):
 # ----------------------------------------------------------------- VehicleID
 def test_vehicleid_lists_and_model_categories(tmp_path):
     root = M.write_vehicleid(tmp_path, per_list=4, per_vehicle=2)
-    splits = {s: create_dataset("vehicleid", s, root=root, image_size=16) for s in ("train", "test_small", "test_medium", "test_large")}
+    splits = {
+        s: create_dataset("vehicleid", s, root=root, image_size=16)
+        for s in ("train", "test_small", "test_medium", "test_large")
+    }
     for ds in splits.values():
         check_dataset(ds)
         assert (ds.num_classes, len(ds)) == (4, 8)
@@ -247,7 +258,9 @@ def test_mnist_like_values(tmp_path, name):
 def test_mnist_missing_file_says_how_to_get_it(tmp_path):
     M.write_mnist_like(tmp_path)
     (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
-    with pytest.raises(ValueError, match=r"'t10k-labels-idx1-ubyte.gz' is missing; expected it at .*dmlkit data prepare mnist"):
+    with pytest.raises(
+        ValueError, match=r"'t10k-labels-idx1-ubyte.gz' is missing; expected it at .*dmlkit data prepare mnist"
+    ):
         create_dataset("mnist", "test", root=tmp_path)
     create_dataset("mnist", "train", root=tmp_path)  # the other split is complete
 

@@ -48,8 +48,11 @@ def test_one_process_killed_mid_step_stops_the_other_and_resumes(tmp_path, unint
 
 def test_a_full_disk_on_rank_zero_stops_both_and_resumes(tmp_path, uninterrupted):
     run_dir = tmp_path / "full-disk"
-    failed = _train(run_dir, {"DMLKIT_FAULT": "write:last.pt@2", "DMLKIT_FAULT_SIGNAL": "ENOSPC",
-                              "DMLKIT_FAULT_RANK": "0"}, timeout=120)
+    failed = _train(
+        run_dir,
+        {"DMLKIT_FAULT": "write:last.pt@2", "DMLKIT_FAULT_SIGNAL": "ENOSPC", "DMLKIT_FAULT_RANK": "0"},
+        timeout=120,
+    )
     assert failed.returncode != 0 and not (run_dir / "summary.json").exists()
     assert "could not write last.pt at step 8 (No space left on device" in failed.stderr
     assert "the previous one is kept whole" in failed.stderr

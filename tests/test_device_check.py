@@ -19,10 +19,32 @@ def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
     # ceiling left the testbed section no time and it was skipped ("no time left")
     env = {**os.environ, "OUT": str(tmp_path), "BUDGET": "1200"}
     done = subprocess.run(
-        ["bash", "scripts/device_check.sh", "--cpu", "--testbed", "configs/quickstart.yaml", "--seeds", "0",
-         "--jobs", "1", "--set", "train.max_steps=2", "--set", "train.val_every=2", "--set", "data.max_classes=20",
-         "--set", "plots=false", "--set", "eval.clustering=false"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
+        [
+            "bash",
+            "scripts/device_check.sh",
+            "--cpu",
+            "--testbed",
+            "configs/quickstart.yaml",
+            "--seeds",
+            "0",
+            "--jobs",
+            "1",
+            "--set",
+            "train.max_steps=2",
+            "--set",
+            "train.val_every=2",
+            "--set",
+            "data.max_classes=20",
+            "--set",
+            "plots=false",
+            "--set",
+            "eval.clustering=false",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     results = json.loads((tmp_path / "device_check.json").read_text())
@@ -36,7 +58,11 @@ def test_the_cpu_mode_runs_every_section_and_writes_the_tables(tmp_path):
     assert 0 < results["exact_search"]["map_at_r"] < 1
     assert "| quickstart (n=1) |" in results["testbed"].get("table", ""), results["testbed"]
     assert [(r["channels_last"], r["compile"]) for r in results["execution"]["rows"]] == [
-        (False, False), (True, False), (False, False), (True, False)]
+        (False, False),
+        (True, False),
+        (False, False),
+        (True, False),
+    ]
     assert all(r["images_per_s"] > 0 for r in results["execution"]["rows"])
     report = (tmp_path / "device_check.md").read_text()
     assert "| bf16-mixed | 3 x 16 |" in report
@@ -55,6 +81,8 @@ def test_the_cuda_tests_keep_time_for_later_sections_only_when_some_will_run():
 def test_a_stopped_pytest_run_is_counted_from_its_progress_lines():
     from benchmarks.device_check import pytest_progress
 
-    printed = "tests/test_cuda_paths.py\n..F.s.....                                [ 40%]\n..E.\nImportError in a name...\n"
+    printed = (
+        "tests/test_cuda_paths.py\n..F.s.....                                [ 40%]\n..E.\nImportError in a name...\n"
+    )
     assert pytest_progress(printed) == {"passed": 11, "failed": 2, "skipped": 1}
     assert pytest_progress("") == {"passed": 0, "failed": 0, "skipped": 0}

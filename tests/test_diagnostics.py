@@ -59,7 +59,9 @@ def test_metric_bounds_are_those_of_the_trained_model(ce_run):
     assert bounds["label_distance"] == pytest.approx(two_m)
     assert bounds["same_class_bound"] == pytest.approx(2 * bounds["eps"])
     assert bounds["different_class_bound"] == pytest.approx(two_m - 2 * bounds["eps"])
-    test_features, test_labels = embed_dataset(run.features, run.split("test"), 128)  # the features, not the class outputs
+    test_features, test_labels = embed_dataset(
+        run.features, run.split("test"), 128
+    )  # the features, not the class outputs
     assert report["geometry"]["r_w"] == pytest.approx(r_w(test_features, test_labels), rel=1e-6)
     for figure in report["figures"]:
         assert (ce_run / "plots" / "geometry_test" / figure.split("/")[-1]).stat().st_size > 0
@@ -90,8 +92,15 @@ def test_geometry_of_an_sft_d_run_is_measured_on_the_embedding_the_loss_compared
     from dmlkit.assemble import load_finished_run
     from dmlkit.engine.embed import embed_dataset
 
-    sft_d = ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none", "plots=false",
-             "eval.clustering=false", "train.max_steps=2", "train.val_every=2"]
+    sft_d = [
+        "methods.sft.name=sft_d",
+        "methods.sft.normalize_input=true",
+        "model.normalize=none",
+        "plots=false",
+        "eval.clustering=false",
+        "train.max_steps=2",
+        "train.val_every=2",
+    ]
     run_dir = tmp_path / "sftd"
     build_trainer(load_config("configs/quickstart.yaml", TINY_OVERRIDES + sft_d), run_dir, quiet=True).fit()
     report = run_diagnostics(run_dir, plots=False)

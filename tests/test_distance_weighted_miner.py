@@ -72,8 +72,10 @@ def test_each_anchor_gets_the_triplets_pmls_miner_gives_it():
     near, far = torch.tensor([1.0, 0, 0, 0]), torch.tensor([-1.0, 0, 0, 0])
     # class 0: 4 members near +e1; classes 1, 2: near -e1 (class 0's negatives are all farther than 1.4: skipped);
     # class 3: one member (no positive: skipped)
-    x = torch.stack([near + 0.05 * torch.randn(4, generator=g) for _ in range(4)]
-                    + [far + 0.3 * torch.randn(4, generator=g) for _ in range(7)])
+    x = torch.stack(
+        [near + 0.05 * torch.randn(4, generator=g) for _ in range(4)]
+        + [far + 0.3 * torch.randn(4, generator=g) for _ in range(7)]
+    )
     x = torch.nn.functional.normalize(x, dim=1)
     labels = torch.tensor([0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 3])
     a, p, n = DistanceWeightedMiner(seed=1)(x, labels)

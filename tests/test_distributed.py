@@ -82,8 +82,9 @@ def _objective(case: str, net: nn.Module) -> nn.Module:
             pair = ProxyPairLoss(create_loss("multi_similarity"), bank, create_miner("multi_similarity"))
             loss = _PlusRegularizer(GlobalBatchLoss(pair), ProjectionRegularizer(net, lam=0.5))
         else:
-            sft = build_augmented_loss(SFTConfig(name="sft", lam=0.5), create_loss("multi_similarity"),
-                                       CLASSES, D_EMB, seed=4)
+            sft = build_augmented_loss(
+                SFTConfig(name="sft", lam=0.5), create_loss("multi_similarity"), CLASSES, D_EMB, seed=4
+            )
             loss = GlobalBatchLoss(sft)
     return loss.double()
 
@@ -211,7 +212,13 @@ def test_fabric_options_follow_torchrun():
     assert fabric_options(t, env={}) == {"accelerator": "cpu", "devices": 1, "precision": "bf16-mixed"}
     two_nodes = {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}
     assert torchrun_world(two_nodes) == (4, 2)
-    assert fabric_options(t, env=two_nodes) == {"accelerator": "cpu", "devices": 4, "num_nodes": 2, "precision": "bf16-mixed", "strategy": "ddp"}
+    assert fabric_options(t, env=two_nodes) == {
+        "accelerator": "cpu",
+        "devices": 4,
+        "num_nodes": 2,
+        "precision": "bf16-mixed",
+        "strategy": "ddp",
+    }
     assert fabric_options(t, env={"WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})["devices"] == 1
     with pytest.raises(ValueError, match="multiple"):
         torchrun_world({"WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "4"})
@@ -250,8 +257,11 @@ def test_a_two_process_run_killed_resumes_only_with_two_processes(tmp_path, caps
     full, cut = tmp_path / "full", tmp_path / "cut"
     done = torchrun(["train", "configs/quickstart.yaml", *sets, "--run-dir", str(full), "--quiet"], timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    killed = torchrun(["train", "configs/quickstart.yaml", *sets, "--run-dir", str(cut), "--quiet"],
-                      {"DMLKIT_FAULT": "step:6"}, timeout=600)
+    killed = torchrun(
+        ["train", "configs/quickstart.yaml", *sets, "--run-dir", str(cut), "--quiet"],
+        {"DMLKIT_FAULT": "step:6"},
+        timeout=600,
+    )
     assert killed.returncode != 0 and not (cut / "summary.json").exists()
     last = (cut / "last.pt").read_bytes()
     assert main(["train", "--resume", str(cut), "--quiet"]) == 2  # one process: refused, nothing written

@@ -64,14 +64,20 @@ def run_pages(pages, tmp):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     proc = subprocess.run(
         [sys.executable, "-c", RUNNER, str(tmp / "pages.json"), str(tmp / "results.json")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads((tmp / "results.json").read_text())
 
 
 def test_the_runner_reports_the_failing_block(tmp_path):
-    results = run_pages({"ok.md": [(3, "a = 1\n"), (7, "assert a == 1\n")], "bad.md": [(5, "x = 1\n"), (9, "1 / 0\n")]}, tmp_path)
+    results = run_pages(
+        {"ok.md": [(3, "a = 1\n"), (7, "assert a == 1\n")], "bad.md": [(5, "x = 1\n"), (9, "1 / 0\n")]}, tmp_path
+    )
     assert results["ok.md"] is None
     assert "block 2 (line 9)" in results["bad.md"] and "ZeroDivisionError" in results["bad.md"]
 
@@ -90,7 +96,14 @@ def test_snippets_of_the_page_run(page, snippet_results):
 def test_the_own_images_path_is_a_snippet_that_runs_from_the_folder_to_export():
     """The page a practitioner with photos/<class>/*.jpg follows is run by test_snippets_of_the_page_run."""
     code = "".join(block for _, block in python_blocks((ROOT / "docs" / "datasets.md").read_text(encoding="utf-8")))
-    for step in ('"train", "configs/own_images.yaml"', '"evaluate"', '"embed"', '"index", "build"', '"search"', '"export"'):
+    for step in (
+        '"train", "configs/own_images.yaml"',
+        '"evaluate"',
+        '"embed"',
+        '"index", "build"',
+        '"search"',
+        '"export"',
+    ):
         assert step in code, step
     assert "docs/datasets.md#your-own-images" in (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -132,7 +145,9 @@ def test_the_concepts_page_names_exactly_the_losses_that_take_ref_emb():
     from dmlkit.losses import create_loss, list_losses
 
     text = (ROOT / "docs" / "concepts.md").read_text()
-    sentence = re.search(r"`ref_labels`, e\.g\. CCP's proxies\) is accepted by (.*?); the other losses refuse", text, re.S)
+    sentence = re.search(
+        r"`ref_labels`, e\.g\. CCP's proxies\) is accepted by (.*?); the other losses refuse", text, re.S
+    )
     named = set(re.findall(r"`(\w+)`", sentence.group(1)))
     gen = torch.Generator().manual_seed(0)
     x, y = torch.nn.functional.normalize(torch.randn(16, 8, generator=gen), dim=1), torch.arange(4).repeat_interleave(4)

@@ -112,13 +112,17 @@ def test_preprocess_matches_image_folder_dataset(tmp_path):
         for cls in ("x", "y"):
             (tmp_path / split / cls).mkdir(parents=True)
             for i in range(2):
-                Image.fromarray(rng.integers(0, 256, (30, 41, 3), dtype=np.uint8)).save(tmp_path / split / cls / f"{i}.png")
+                Image.fromarray(rng.integers(0, 256, (30, 41, 3), dtype=np.uint8)).save(
+                    tmp_path / split / cls / f"{i}.png"
+                )
     dataset = ImageFolderDataset("test", root=tmp_path, image_size=24, channels=3)
     pre = ImagePreprocess(3, 24, IMAGENET_MEAN, IMAGENET_STD)
     for i, path in enumerate(dataset.paths):
         torch.testing.assert_close(pre.load(path), dataset[i][0], atol=1e-6, rtol=0)
     grey = ImageFolderDataset("test", root=tmp_path, image_size=24, channels=1)
-    torch.testing.assert_close(ImagePreprocess(1, 24, (0.5,), (0.5,)).load(grey.paths[0]), grey[0][0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        ImagePreprocess(1, 24, (0.5,), (0.5,)).load(grey.paths[0]), grey[0][0], atol=1e-6, rtol=0
+    )
 
 
 @pytest.mark.faults

@@ -20,7 +20,6 @@ def tiny_config(*extra):
     return load_config("configs/quickstart.yaml", TINY + list(extra))
 
 
-
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("runs") / "full"
@@ -36,7 +35,15 @@ def test_run_folder_contents(finished_run):
         assert (run_dir / "plots" / name).stat().st_size > 1000
     assert json.loads((run_dir / "summary.json").read_text()) == json.loads(json.dumps(summary))
     test = summary["test"]
-    for key in ["precision_at_1", "recall_at_1", "recall_at_8", "r_precision", "mean_average_precision_at_r", "NMI", "F1"]:
+    for key in [
+        "precision_at_1",
+        "recall_at_1",
+        "recall_at_8",
+        "r_precision",
+        "mean_average_precision_at_r",
+        "NMI",
+        "F1",
+    ]:
         assert 0.0 <= test[key] <= 1.0
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "val"] == [4, 8]
@@ -80,7 +87,9 @@ def test_the_run_folder_records_its_environment_and_a_resume_needs_the_same_worl
         build_trainer(tiny_config(), run_dir, callbacks=[stop_after_validation(4)], quiet=True).fit()
     before = (run_dir / "last.pt").read_bytes()
     (run_dir / "environment.json").write_text(json.dumps({**env, "world_size": 2}))
-    with pytest.raises(ValueError, match=r"trained by 2 process\(es\) and this resume has 1.*torchrun --nproc_per_node=2"):
+    with pytest.raises(
+        ValueError, match=r"trained by 2 process\(es\) and this resume has 1.*torchrun --nproc_per_node=2"
+    ):
         resume_trainer(run_dir, quiet=True).fit()
     assert (run_dir / "last.pt").read_bytes() == before
     (run_dir / "environment.json").write_text(json.dumps({**env, "threads": env["threads"] + 7}))
@@ -153,7 +162,9 @@ def test_checkpoint_of_another_model_is_rejected(finished_run, tmp_path):
     run_dir, _ = finished_run
     other = tmp_path / "other"
     other.mkdir()
-    (other / "config.yaml").write_text((run_dir / "config.yaml").read_text().replace("embedding_dim: 16", "embedding_dim: 32"))
+    (other / "config.yaml").write_text(
+        (run_dir / "config.yaml").read_text().replace("embedding_dim: 16", "embedding_dim: 32")
+    )
     (other / "best.pt").write_bytes((run_dir / "best.pt").read_bytes())
     with pytest.raises(CheckpointError, match="another model"):
         evaluate_run(other)
@@ -172,7 +183,9 @@ def test_unwritable_run_folder_is_reported_before_training(tmp_path):
 
 
 def test_proxy_loss_trains_its_proxies_at_their_own_rate(tmp_path):
-    cfg = tiny_config("loss.name=proxy_anchor", "loss.miner=null", "train.loss_lr=0.05", "train.head_lr=0.002", "train.max_steps=4")
+    cfg = tiny_config(
+        "loss.name=proxy_anchor", "loss.miner=null", "train.loss_lr=0.05", "train.head_lr=0.002", "train.max_steps=4"
+    )
     trainer = build_trainer(cfg, tmp_path / "proxy", quiet=True)
     trainer.fit()
     groups = {g["name"]: g["lr"] for g in trainer.optimizer.param_groups}
@@ -185,17 +198,26 @@ def test_proxy_loss_trains_its_proxies_at_their_own_rate(tmp_path):
 def test_plateau_schedule_lowers_the_rate_without_improvement(tmp_path):
     # A learning rate of 1e-12 leaves the scores flat (ReduceLROnPlateau's relative threshold is 1e-4),
     # so after the first validation every further one counts as "no improvement".
-    cfg = tiny_config("train.schedule=plateau", "train.plateau_patience=0", "train.plateau_factor=0.1",
-                      "train.max_steps=12", "train.patience=10", "train.lr=1e-12")
+    cfg = tiny_config(
+        "train.schedule=plateau",
+        "train.plateau_patience=0",
+        "train.plateau_factor=0.1",
+        "train.max_steps=12",
+        "train.patience=10",
+        "train.lr=1e-12",
+    )
     trainer = build_trainer(cfg, tmp_path / "plateau", quiet=True)
     trainer.fit()
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-14)
 
 
-@pytest.mark.parametrize("overrides", [
-    ["methods.sft.name=sft", "methods.sft.lam=0.5"],
-    ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["methods.sft.name=sft", "methods.sft.lam=0.5"],
+        ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none"],
+    ],
+)
 def test_sft_augmented_training_checkpoints_its_centres(tmp_path, overrides):
     cfg = tiny_config(*overrides, "train.max_steps=4")
     trainer = build_trainer(cfg, tmp_path / "sft", quiet=True)
@@ -253,6 +275,12 @@ def test_validation_classes_that_are_also_test_classes_are_announced(tmp_path):
             (tmp_path / split / name).mkdir(parents=True)
             for i in range(4):
                 Image.new("RGB", (8, 8), (30 * c, 20 * i, 9)).save(tmp_path / split / name / f"{i}.png")
-    common = [f"data.root={tmp_path}", "data.name=image_folder", "data.image_size=8", "train.batch_size=8", "train.m_per_class=2"]
+    common = [
+        f"data.root={tmp_path}",
+        "data.name=image_folder",
+        "data.image_size=8",
+        "train.batch_size=8",
+        "train.m_per_class=2",
+    ]
     with pytest.warns(RuntimeWarning, match=r"validation classes \['g', 'h'\] are also test classes"):
         build_run(tiny_config(*common, "data.val_fraction=0.25"))

@@ -10,7 +10,13 @@ from dmlkit.assemble import build_trainer, embed_run, evaluate_run, evaluation_m
 from dmlkit.methods import build_methods
 from tests_helpers import TINY_OVERRIDES
 
-SFT_D = ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none", "plots=false", "eval.clustering=false"]
+SFT_D = [
+    "methods.sft.name=sft_d",
+    "methods.sft.normalize_input=true",
+    "model.normalize=none",
+    "plots=false",
+    "eval.clustering=false",
+]
 
 
 def test_sft_d_run_is_evaluated_on_unit_embeddings(tmp_path):
@@ -27,6 +33,8 @@ def test_evaluation_model_sources():
     assert evaluation_model(model, torch.nn.Module(), "features") is model
     x = torch.randn(4, 3)
     sft_d = build_methods(load_config("configs/quickstart.yaml", SFT_D))
-    torch.testing.assert_close(evaluation_model(model, torch.nn.Module(), "features", sft_d)(x).norm(dim=1), torch.ones(4))
+    torch.testing.assert_close(
+        evaluation_model(model, torch.nn.Module(), "features", sft_d)(x).norm(dim=1), torch.ones(4)
+    )
     with pytest.raises(ValueError, match="eval.embedding"):
         evaluation_model(model, torch.nn.Module(), "logits")

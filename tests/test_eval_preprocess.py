@@ -104,5 +104,7 @@ def test_a_dataset_without_an_eval_transform_says_what_to_implement():
     class Blobs(DMLDataset):
         pass
 
-    with pytest.raises(ValueError, match="Blobs does not state its eval transform.*implement the classmethod eval_preprocess"):
+    with pytest.raises(
+        ValueError, match="Blobs does not state its eval transform.*implement the classmethod eval_preprocess"
+    ):
         Blobs.eval_preprocess(32)

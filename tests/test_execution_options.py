@@ -14,8 +14,14 @@ from dmlkit.config import load_config
 from dmlkit.engine.execution import check_execution, prepare_model, to_channels_last
 from dmlkit.models import create_backbone
 
-SHORT = ["data.max_classes=20", "train.max_steps=2", "train.val_every=2", "plots=false", "eval.clustering=false",
-         "train.threads=1"]
+SHORT = [
+    "data.max_classes=20",
+    "train.max_steps=2",
+    "train.val_every=2",
+    "plots=false",
+    "eval.clustering=false",
+    "train.threads=1",
+]
 
 
 def test_channels_last_computes_the_same_features():
@@ -43,8 +49,9 @@ def test_a_compiled_run_compiles_the_model_and_saves_plain_checkpoint_keys(tmp_p
         return real(model, backend="eager")
 
     monkeypatch.setattr(torch, "compile", eager_compile)
-    summary = build_trainer(load_config("configs/quickstart.yaml", [*SHORT, "train.compile=true"]), tmp_path / "c",
-                            quiet=True).fit()
+    summary = build_trainer(
+        load_config("configs/quickstart.yaml", [*SHORT, "train.compile=true"]), tmp_path / "c", quiet=True
+    ).fit()
     plain = build_trainer(load_config("configs/quickstart.yaml", SHORT), tmp_path / "p", quiet=True).fit()
     assert compiled and all(m is compiled[0] for m in compiled)  # ours; Fabric compiles it again after setup
     keys = set(torch.load(tmp_path / "c" / "best.pt", weights_only=False)["model"])

@@ -8,7 +8,14 @@ from dmlkit.config import load_config
 from dmlkit.assemble import build_trainer
 from tests_helpers import TINY_OVERRIDES
 
-SMOKE = TINY_OVERRIDES + ["train.max_steps=2", "train.val_every=2", "plots=false", "eval.clustering=false", "train.batch_size=12", "train.m_per_class=3"]
+SMOKE = TINY_OVERRIDES + [
+    "train.max_steps=2",
+    "train.val_every=2",
+    "plots=false",
+    "eval.clustering=false",
+    "train.batch_size=12",
+    "train.m_per_class=3",
+]
 CONFIGS = sorted(Path("configs/experiments").rglob("*.yaml"))
 
 

@@ -56,7 +56,9 @@ def test_onnx_export_of_a_run_matches_eager(run_dir, tmp_path):
     assert report.max_abs_diff <= TOL
     images = glyph_batch(tmp_path, run)
     with torch.no_grad():
-        torch.testing.assert_close(run_exported(tmp_path / "model.onnx", "onnx", images), run.model(images), atol=TOL, rtol=0)
+        torch.testing.assert_close(
+            run_exported(tmp_path / "model.onnx", "onnx", images), run.model(images), atol=TOL, rtol=0
+        )
 
 
 def test_onnx_export_prints_only_its_result_not_the_exporters_known_noise(run_dir, tmp_path):
@@ -65,8 +67,22 @@ def test_onnx_export_prints_only_its_result_not_the_exporters_known_noise(run_di
     import sys
 
     need_onnx()
-    done = subprocess.run([sys.executable, "-m", "dmlkit", "export", str(run_dir), "--format", "onnx", "--out",
-                           str(tmp_path / "model.onnx")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dmlkit",
+            "export",
+            str(run_dir),
+            "--format",
+            "onnx",
+            "--out",
+            str(tmp_path / "model.onnx"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "onnx model ->" in done.stdout
     assert "torchvision is not installed" not in done.stderr and "LeafSpec" not in done.stderr, done.stderr
@@ -75,7 +91,9 @@ def test_onnx_export_prints_only_its_result_not_the_exporters_known_noise(run_di
 def gsp_model():
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        cfg = ModelConfig(backbone="resnet20", pooling="gsp", pooling_params={"num_prototypes": 8, "iters": 5}, embedding_dim=16)
+        cfg = ModelConfig(
+            backbone="resnet20", pooling="gsp", pooling_params={"num_prototypes": 8, "iters": 5}, embedding_dim=16
+        )
         return build_embedder(cfg, in_channels=1).eval()
 
 

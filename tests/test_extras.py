@@ -97,10 +97,16 @@ def _photos(root: Path, classes: int = 10, per_class: int = 4) -> Path:
     return root
 
 
-@pytest.mark.parametrize("optional, expected", [
-    (["plots=false", "eval.clustering=false"], "dmlkit training needs the 'train' extra: pip install 'dmlkit[train]'"),
-    ([], "dmlkit training needs the extras 'train', 'faiss', 'plots': pip install 'dmlkit[train,faiss,plots]'"),
-])
+@pytest.mark.parametrize(
+    "optional, expected",
+    [
+        (
+            ["plots=false", "eval.clustering=false"],
+            "dmlkit training needs the 'train' extra: pip install 'dmlkit[train]'",
+        ),
+        ([], "dmlkit training needs the extras 'train', 'faiss', 'plots': pip install 'dmlkit[train,faiss,plots]'"),
+    ],
+)
 def test_training_without_lightning_names_the_extra(tmp_path, optional, expected):
     # with every default the check comes before the data are read: a folder that does not exist is not reached
     photos = _photos(tmp_path / "photos") if optional else tmp_path / "no_photos"
@@ -120,7 +126,9 @@ def test_training_without_lightning_names_the_extra(tmp_path, optional, expected
 
 def test_require_names_the_extra_and_passes_other_import_errors_on(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "dmlkit_absent_pkg", None)  # as an uninstalled package
-    with pytest.raises(MissingExtra, match=r"dmlkit thing needs the 'plots' extra: pip install 'dmlkit\[plots\]'") as info:
+    with pytest.raises(
+        MissingExtra, match=r"dmlkit thing needs the 'plots' extra: pip install 'dmlkit\[plots\]'"
+    ) as info:
         require("dmlkit_absent_pkg.sub", "plots", "dmlkit thing")
     assert isinstance(info.value, ImportError) and isinstance(info.value, ValueError)  # the CLI's one-line error
     (tmp_path / "dmlkit_broken_pkg").mkdir()
@@ -132,4 +140,6 @@ def test_require_names_the_extra_and_passes_other_import_errors_on(tmp_path, mon
     assert not installed("dmlkit_absent_pkg") and installed("torch")
     require_all([("torch", "train", "tensors")], "dmlkit thing")
     with pytest.raises(MissingExtra, match=r"the extras 'faiss', 'plots': pip install 'dmlkit\[faiss,plots\]'"):
-        require_all([("dmlkit_absent_pkg", "faiss", "k-means"), ("dmlkit_absent_pkg", "plots", "plots")], "dmlkit thing")
+        require_all(
+            [("dmlkit_absent_pkg", "faiss", "k-means"), ("dmlkit_absent_pkg", "plots", "plots")], "dmlkit thing"
+        )

@@ -75,14 +75,17 @@ def _same_as_reference(run_dir, reference) -> None:
     assert not list(run_dir.glob(".*.tmp")), "a temporary file of a killed write was left"
 
 
-@pytest.mark.parametrize("fault, before, again", [
-    # killed before the first checkpoint: nothing to resume; the same command starts the run again
-    ("step:2", {"config.yaml"}, "same command"),
-    # killed inside the first write of last.pt: best.pt of step 4 and a temporary file are left
-    ("write:last.pt@1", {"config.yaml", "best.pt", "metrics.jsonl"}, "--resume"),
-    # killed inside the second write of last.pt: last.pt of step 4 is intact
-    ("write:last.pt@2", {"config.yaml", "best.pt", "last.pt", "metrics.jsonl"}, "--resume"),
-])
+@pytest.mark.parametrize(
+    "fault, before, again",
+    [
+        # killed before the first checkpoint: nothing to resume; the same command starts the run again
+        ("step:2", {"config.yaml"}, "same command"),
+        # killed inside the first write of last.pt: best.pt of step 4 and a temporary file are left
+        ("write:last.pt@1", {"config.yaml", "best.pt", "metrics.jsonl"}, "--resume"),
+        # killed inside the second write of last.pt: last.pt of step 4 is intact
+        ("write:last.pt@2", {"config.yaml", "best.pt", "last.pt", "metrics.jsonl"}, "--resume"),
+    ],
+)
 def test_a_run_killed_at_a_fault_point_continues_to_the_uninterrupted_result(tmp_path, reference, fault, before, again):
     run_dir = tmp_path / "run"
     _killed(fault, *_train(run_dir))
@@ -146,7 +149,9 @@ def test_resuming_a_finished_run_changes_nothing_and_says_so(tmp_path, reference
 def test_sigterm_during_the_final_test_exits_143_and_resume_runs_the_test_once(tmp_path, reference):
     run_dir = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DMLKIT_FAULT": "final_test", "DMLKIT_FAULT_SIGNAL": "TERM"}
-    proc = subprocess.run([sys.executable, "-m", "dmlkit", *_train(run_dir)], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dmlkit", *_train(run_dir)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 143, proc.stderr[-2000:]
     assert "during the final test" in proc.stderr and f"dmlkit train --resume {run_dir}" in proc.stderr
     assert not (run_dir / "summary.json").exists() and (run_dir / "last.pt").is_file()

@@ -35,8 +35,13 @@ def test_sigterm_writes_last_checkpoint_and_resume_finishes_like_an_uninterrupte
     run_dir = tmp_path / "cut"
     sets = [a for o in RUN for a in ("--set", o)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(_dmlkit("train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"),
-                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
+    proc = subprocess.Popen(
+        _dmlkit("train", "configs/quickstart.yaml", *sets, "--run-dir", str(run_dir), "--quiet"),
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        env=env,
+        text=True,
+    )
     metrics = run_dir / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.is_file() and metrics.read_text().strip()):
@@ -51,7 +56,9 @@ def test_sigterm_writes_last_checkpoint_and_resume_finishes_like_an_uninterrupte
     assert 1 <= step < 8
     assert not list(run_dir.glob(".last.pt.*"))  # the atomic write left no temporary file
 
-    done = subprocess.run(_dmlkit("train", "--resume", str(run_dir), "--quiet"), capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        _dmlkit("train", "--resume", str(run_dir), "--quiet"), capture_output=True, text=True, env=env, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["steps"] == 8
@@ -111,10 +118,7 @@ def test_a_second_trainer_on_the_same_run_folder_is_refused(tmp_path):
         import subprocess
         import sys
 
-        code = (
-            "from dmlkit.engine.run_folder import RunFolder\n"
-            f"RunFolder({str(tmp_path / 'run')!r}).acquire()\n"
-        )
+        code = f"from dmlkit.engine.run_folder import RunFolder\nRunFolder({str(tmp_path / 'run')!r}).acquire()\n"
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert result.returncode != 0 and "being written by another process" in result.stderr
     finally:
@@ -193,9 +197,14 @@ def test_best_pt_without_last_pt_is_kept_unless_the_same_config_starts_again(tmp
         _unstarted(tmp_path / "own", "best.pt").start_new("name: a, as loaded\n", own_config=True)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("last.pt", "resume it with --resume"), ("summary.json", "finished"), ("notes.txt", "notes.txt"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("last.pt", "resume it with --resume"),
+        ("summary.json", "finished"),
+        ("notes.txt", "notes.txt"),
+    ],
+)
 def test_a_run_folder_with_a_checkpoint_a_result_or_other_files_is_never_overwritten(tmp_path, name, message):
     folder = _unstarted(tmp_path / "run", name)
     with pytest.raises(ValueError, match=message):

@@ -41,7 +41,9 @@ def test_floors_score_pixels_once_and_each_seed_of_the_untrained_model(cfg):
     assert pixels["precision_at_1"] == pytest.approx(brute_force_p_at_1(x, y))
     untrained = floors["untrained"]
     assert [m["seed"] for m in untrained] == [0, 1]
-    assert untrained[0]["mean_average_precision_at_r"] != untrained[1]["mean_average_precision_at_r"], "seeded weights differ"
+    assert untrained[0]["mean_average_precision_at_r"] != untrained[1]["mean_average_precision_at_r"], (
+        "seeded weights differ"
+    )
     assert floor_metrics(cfg, seeds=[0])["untrained"][0] == untrained[0], "and are the same for the same seed"
     assert floor_metrics(cfg, split="train", seeds=[0])["raw pixels"][0]["precision_at_1"] != pixels["precision_at_1"]
 
@@ -57,8 +59,10 @@ def test_floor_table_and_cli(cfg, tmp_path, capsys):
     printed = capsys.readouterr()
     assert "floor: untrained (n=1)" in printed.out and "floors:" not in printed.out  # stdout: the table alone
     n_test = len(run_split(cfg, "test"))
-    assert printed.err.splitlines() == [f"floors: raw pixels of {n_test} test images",
-                                        f"floors: untrained, seed 0: embedding {n_test} test images"]
+    assert printed.err.splitlines() == [
+        f"floors: raw pixels of {n_test} test images",
+        f"floors: untrained, seed 0: embedding {n_test} test images",
+    ]
     assert main([*args, "--quiet"]) == 0 and capsys.readouterr().err == ""
     assert main(["floors", "configs/quickstart.yaml", "--split", "nope"]) == 2
     assert "unknown split 'nope'" in capsys.readouterr().err

@@ -90,11 +90,21 @@ def test_frames_are_green_for_the_same_class_and_red_otherwise(tmp_path):
 
 def test_gallery_figure_rejects_mismatched_shapes(tmp_path):
     with pytest.raises(ValueError, match="neighbour_images"):
-        gallery_figure(_images(2), torch.tensor([0, 1]), _images(4).reshape(2, 2, 1, 12, 12),
-                       torch.zeros(2, 3, dtype=torch.long), tmp_path / "x.png")
+        gallery_figure(
+            _images(2),
+            torch.tensor([0, 1]),
+            _images(4).reshape(2, 2, 1, 12, 12),
+            torch.zeros(2, 3, dtype=torch.long),
+            tmp_path / "x.png",
+        )
     with pytest.raises(ValueError, match="one row of neighbours per query"):
-        gallery_figure(_images(3), torch.tensor([0, 1]), _images(4).reshape(2, 2, 1, 12, 12),
-                       torch.zeros(2, 2, dtype=torch.long), tmp_path / "x.png")
+        gallery_figure(
+            _images(3),
+            torch.tensor([0, 1]),
+            _images(4).reshape(2, 2, 1, 12, 12),
+            torch.zeros(2, 2, dtype=torch.long),
+            tmp_path / "x.png",
+        )
 
 
 def test_draw_gallery_on_an_indexable_dataset(tmp_path):

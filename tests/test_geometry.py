@@ -17,7 +17,10 @@ from dmlkit_lab.evaluation.geometry import (
 def _data(seed=0, n=60, d=6, c=4):
     g = torch.Generator().manual_seed(seed)
     labels = torch.arange(c).repeat(n // c)
-    x = torch.randn(n, d, generator=g, dtype=torch.float64) + 3 * torch.randn(c, d, generator=g, dtype=torch.float64)[labels]
+    x = (
+        torch.randn(n, d, generator=g, dtype=torch.float64)
+        + 3 * torch.randn(c, d, generator=g, dtype=torch.float64)[labels]
+    )
     return x, labels
 
 
@@ -82,7 +85,9 @@ def test_rotation_residuals_equal_the_explicit_rotation_and_vanish_when_orthogon
 
 def test_spectra_see_equal_eigenvalues_behind_different_variances():
     g = torch.Generator().manual_seed(7)
-    base = torch.randn(400, 5, generator=g, dtype=torch.float64) * torch.tensor([3.0, 2.0, 1.0, 0.5, 0.2], dtype=torch.float64)
+    base = torch.randn(400, 5, generator=g, dtype=torch.float64) * torch.tensor(
+        [3.0, 2.0, 1.0, 0.5, 0.2], dtype=torch.float64
+    )
     parts, labels = [], []
     for k in range(4):
         q, _ = torch.linalg.qr(torch.randn(5, 5, generator=g, dtype=torch.float64))

@@ -27,7 +27,9 @@ from dmlkit_lab.report.geometry_compare import (
 
 
 def _geo(group, seed, classes, divs, r_w=0.5):
-    return RunGeometry(group, seed, f"{group}-seed{seed}", "train", r_w, {str(R_W_ENERGY): r_w}, list(classes), list(divs))
+    return RunGeometry(
+        group, seed, f"{group}-seed{seed}", "train", r_w, {str(R_W_ENERGY): r_w}, list(classes), list(divs)
+    )
 
 
 def _numpy_divergence(x, y, label):
@@ -40,7 +42,9 @@ def _numpy_r_w(x, y, energy, dims=False):
     labels = sorted(set(y.tolist()))
     mus = np.stack([x[y == c].mean(0) for c in labels])
     s_c = sum(np.outer(m, m) for m in mus) / len(labels)
-    s_w = sum(sum(np.outer(v - m, v - m) for v in x[y == c]) / (y == c).sum() for c, m in zip(labels, mus)) / len(labels)
+    s_w = sum(sum(np.outer(v - m, v - m) for v in x[y == c]) / (y == c).sum() for c, m in zip(labels, mus)) / len(
+        labels
+    )
     w, v = np.linalg.eigh(s_c)
     w, v = w[::-1], v[:, ::-1]
     k = int(np.argmax(np.cumsum(w) / w.sum() >= energy - 1e-12)) + 1
@@ -170,8 +174,15 @@ def test_end_to_end_on_a_tiny_run_matches_a_fresh_embedding_and_leaves_the_runs_
     from tests_helpers import TINY_OVERRIDES
 
     base = tmp_path / "base"
-    overrides = TINY_OVERRIDES + ["plots=false", "name=base", "seed=0", "train.max_steps=2", "eval.clustering=false",
-                                 "data.max_classes=12", "train.val_every=100"]
+    overrides = TINY_OVERRIDES + [
+        "plots=false",
+        "name=base",
+        "seed=0",
+        "train.max_steps=2",
+        "eval.clustering=false",
+        "data.max_classes=12",
+        "train.val_every=100",
+    ]
     build_trainer(load_config("configs/quickstart.yaml", overrides), base, quiet=True).fit()
     twin = tmp_path / "twin"  # the same weights under another config name: a second group, zero differences
     shutil.copytree(base, twin)

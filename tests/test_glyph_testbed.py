@@ -34,7 +34,9 @@ def test_the_splits_cut_every_class_once(table):
     for s in ("train", "val", "test"):
         assert ids[s].min() >= half and np.all(np.diff(ids[s]) > 0)
     sizes = {s: ids[s].size / (table.num_classes - half) for s in ("train", "val", "test")}
-    assert abs(sizes["train"] - 0.4) < 0.05 and abs(sizes["val"] - 0.1) < 0.03 and abs(sizes["test"] - 0.5) < 0.05, sizes
+    assert abs(sizes["train"] - 0.4) < 0.05 and abs(sizes["val"] - 0.1) < 0.03 and abs(sizes["test"] - 0.5) < 0.05, (
+        sizes
+    )
     # dealt by code point alone: a DML class lands in the same split whatever the other classes are
     dml = table.codepoints[half::2]  # every other DML class, behind as many (lower) pretraining ones
     other = np.concatenate([np.arange(dml.size), dml])
@@ -83,10 +85,14 @@ def test_val_split_with_a_holdout_is_refused():
 def test_testbed_configs_hold_the_fine_tuning_regime(path):
     cfg = load_config(path)
     t = cfg.train
-    assert cfg.model.pretrained == "glyphs-resnet20" and cfg.data.name == "glyphs_testbed" and cfg.data.val_split == "val"
+    assert (
+        cfg.model.pretrained == "glyphs-resnet20" and cfg.data.name == "glyphs_testbed" and cfg.data.val_split == "val"
+    )
     assert t.head_lr == pytest.approx(10 * t.lr), "new layers learn 10x faster than the backbone"
     assert (t.batch_size, t.m_per_class, cfg.model.embedding_dim) == (60, 3, 128)
-    assert t.schedule in ("step", "plateau") and t.val_every == t.max_steps, "a fixed budget for every method, final weights tested"
+    assert t.schedule in ("step", "plateau") and t.val_every == t.max_steps, (
+        "a fixed budget for every method, final weights tested"
+    )
     # the conventional protocol validates on the test split instead
     from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES
 

@@ -73,7 +73,14 @@ def test_splits_are_class_disjoint_halves(table, train, heldout):
 
 def test_collisions_dropped_lowest_code_point_kept(table):
     kept = set(table.codepoints.tolist())
-    for keep, drop in [("A", "\u0391"), ("A", "\u0410"), ("o", "\u043e"), ("o", "\u03bf"), ("p", "\u0440"), ("B", "\u0392")]:
+    for keep, drop in [
+        ("A", "\u0391"),
+        ("A", "\u0410"),
+        ("o", "\u043e"),
+        ("o", "\u03bf"),
+        ("p", "\u0440"),
+        ("B", "\u0392"),
+    ]:
         assert ord(keep) in kept and ord(drop) not in kept, (keep, drop)
         assert ord(drop) in table.dropped.tolist()
     # look-alikes that differ in shape or position stay apart
@@ -266,7 +273,9 @@ def test_stale_or_corrupt_cache_is_rebuilt(table, tmp_path, monkeypatch, damage)
     with pytest.warns(UserWarning, match="unreadable") if damage == "corrupt" else _nothing():
         out = G.load_glyph_table(root=tmp_path)
     assert calls == [32] and out.num_classes == table.num_classes
-    assert sorted(p.name for p in tmp_path.rglob("*")) == [f"glyphs-v{G.GLYPHS_VERSION}-32px.npz"], "no temporary files left"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [f"glyphs-v{G.GLYPHS_VERSION}-32px.npz"], (
+        "no temporary files left"
+    )
     monkeypatch.setattr(glyph_cache, "build_glyph_table", _no_rendering)
     assert np.array_equal(G.load_glyph_table(root=tmp_path).images, table.images)
 

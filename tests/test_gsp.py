@@ -34,11 +34,19 @@ def _p2_scipy(c: np.ndarray, mu: float, eps: float) -> tuple[np.ndarray, np.ndar
         rho, pi = x[:n], x[n:]
         return float(c.ravel() @ pi + (pi @ np.log(pi) + rho @ np.log(rho)) / eps)
 
-    cons = [{"type": "eq", "fun": lambda x: x[:n] + x[n:].reshape(m, n).sum(0) - 1.0 / n},
-            {"type": "eq", "fun": lambda x: np.array([x[n:].sum() - mu])}]
+    cons = [
+        {"type": "eq", "fun": lambda x: x[:n] + x[n:].reshape(m, n).sum(0) - 1.0 / n},
+        {"type": "eq", "fun": lambda x: np.array([x[n:].sum() - mu])},
+    ]
     x0 = np.concatenate([np.full(n, (1 - mu) / n), np.full(m * n, mu / (m * n))])
-    res = minimize(objective, x0, method="SLSQP", bounds=[(1e-12, None)] * (n + m * n), constraints=cons,
-                   options={"ftol": 1e-14, "maxiter": 1000})
+    res = minimize(
+        objective,
+        x0,
+        method="SLSQP",
+        bounds=[(1e-12, None)] * (n + m * n),
+        constraints=cons,
+        options={"ftol": 1e-14, "maxiter": 1000},
+    )
     assert res.success, res.message
     return res.x[:n], res.x[n:].reshape(m, n)
 
@@ -113,8 +121,11 @@ def test_fused_layer_gradient_of_every_output_against_unrolled_autograd(needs, m
     g = _gen(41)
     f0 = torch.randn(2, 5, 3, 3, generator=g, dtype=D64).mul(0.5).flatten(2).transpose(1, 2)  # (2, 9, 5) view
     w0 = torch.randn(4, 5, generator=g, dtype=D64) * 0.6
-    g_pooled, g_rho, g_plan = (torch.randn(2, 5, generator=g, dtype=D64), torch.randn(2, 9, generator=g, dtype=D64),
-                               torch.randn(2, 4, 9, generator=g, dtype=D64))
+    g_pooled, g_rho, g_plan = (
+        torch.randn(2, 5, generator=g, dtype=D64),
+        torch.randn(2, 9, generator=g, dtype=D64),
+        torch.randn(2, 4, 9, generator=g, dtype=D64),
+    )
     grads = []
     for fused in (True, False):
         f = f0.detach().clone().requires_grad_(needs in ("both", "features"))
@@ -219,8 +230,10 @@ def test_l2_layer_gradient_matches_unrolled_autograd_and_memory_rows_are_unit():
     f = _features(2, 6, 5, seed=64).mul(0.6).requires_grad_()
     w = (torch.randn(4, 5, generator=_gen(65), dtype=D64) * 0.6).requires_grad_()
     g_out = torch.randn(2, 5, generator=_gen(66), dtype=D64)
-    grads = [torch.autograd.grad((fn(f, w, 0.4, 5.0, 200, normalization="l2")[0] * g_out).sum(), (f, w))
-             for fn in (generalized_sum_pool, generalized_sum_pool_unrolled)]
+    grads = [
+        torch.autograd.grad((fn(f, w, 0.4, 5.0, 200, normalization="l2")[0] * g_out).sum(), (f, w))
+        for fn in (generalized_sum_pool, generalized_sum_pool_unrolled)
+    ]
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-9, rtol=1e-7)
     layer = GSP(5, num_prototypes=3, init="kcenter", memory_size=8, normalization="l2", generator=_gen(67))
@@ -299,7 +312,10 @@ def test_columns_that_underflow_are_solved_in_the_log_domain(mu, dtype, monkeypa
     # columns 0-3 near the smallest cost hold the plan's mass (mu n <= 4), columns 4-9 lie far beyond exp's range
     offsets = torch.cat([torch.zeros(4, dtype=dtype), torch.linspace(spread / 6, spread, 6, dtype=dtype)])
     c = (offsets + torch.rand(3, 8, 10, generator=_gen(21), dtype=dtype)).requires_grad_()
-    g_rho, g_pi = torch.randn(3, 10, generator=_gen(22), dtype=dtype), torch.randn(3, 8, 10, generator=_gen(23), dtype=dtype)
+    g_rho, g_pi = (
+        torch.randn(3, 10, generator=_gen(22), dtype=dtype),
+        torch.randn(3, 8, 10, generator=_gen(23), dtype=dtype),
+    )
     rho, pi = gsp_transport(c, mu, 20.0, iters=1000)  # 4 columns for mass 0.3 x 10: slow to converge
     assert calls, "the log-domain solver was not used although columns of K underflow"
     ((rho * g_rho).sum() + (pi * g_pi).sum()).backward()
@@ -371,9 +387,15 @@ def test_module_registry_and_plan():
 
 @pytest.mark.parametrize(
     "kwargs,match",
-    [({"mu": 0.0}, "mu"), ({"mu": 1.5}, "mu"), ({"eps": 0.0}, "eps"), ({"eps": -1.0}, "eps"),
-     ({"num_prototypes": 0}, "num_prototypes"), ({"num_prototypes": MAX_PROTOTYPES + 1}, "num_prototypes"),
-     ({"iters": 0}, "iters")],
+    [
+        ({"mu": 0.0}, "mu"),
+        ({"mu": 1.5}, "mu"),
+        ({"eps": 0.0}, "eps"),
+        ({"eps": -1.0}, "eps"),
+        ({"num_prototypes": 0}, "num_prototypes"),
+        ({"num_prototypes": MAX_PROTOTYPES + 1}, "num_prototypes"),
+        ({"iters": 0}, "iters"),
+    ],
 )
 def test_bad_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -395,8 +417,9 @@ def test_bad_inputs():
 
 
 def test_embedder_with_gsp_trains_prototypes():
-    cfg = ModelConfig(backbone="resnet20", pooling="gsp", pooling_params={"num_prototypes": 8, "iters": 20},
-                      embedding_dim=16)
+    cfg = ModelConfig(
+        backbone="resnet20", pooling="gsp", pooling_params={"num_prototypes": 8, "iters": 20}, embedding_dim=16
+    )
     model = build_embedder(cfg, in_channels=3)
     out = model(torch.randn(4, 3, 16, 16, generator=_gen(17)))
     assert out.shape == (4, 16) and torch.isfinite(out).all()
@@ -407,8 +430,29 @@ def test_embedder_with_gsp_trains_prototypes():
 def test_benchmark_smoke(capsys):
     from benchmarks.gsp import main
 
-    assert main(["--iters", "3", "--batch", "2", "--n", "4", "--m", "3", "--d", "5", "--repeats", "1",
-                 "--no-memory", "--no-model", "--threads", "0"]) == 0
+    assert (
+        main(
+            [
+                "--iters",
+                "3",
+                "--batch",
+                "2",
+                "--n",
+                "4",
+                "--m",
+                "3",
+                "--d",
+                "5",
+                "--repeats",
+                "1",
+                "--no-memory",
+                "--no-model",
+                "--threads",
+                "0",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "closed ms" in out and "unrolled ms" in out
 

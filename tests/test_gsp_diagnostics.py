@@ -26,7 +26,9 @@ def test_mu_one_gsp_has_the_entropy_of_gap_and_selection_lowers_it():
     gap_like = GSP(3, num_prototypes=2, mu=1.0).double()
     gap_like(x)
     torch.testing.assert_close(gap_like.last_entropy, torch.full((2,), math.log(16), dtype=torch.float64))
-    selective = GSP(3, num_prototypes=2, mu=0.25, eps=20.0, iters=400, generator=torch.Generator().manual_seed(0)).double()
+    selective = GSP(
+        3, num_prototypes=2, mu=0.25, eps=20.0, iters=400, generator=torch.Generator().manual_seed(0)
+    ).double()
     selective(x)
     assert gap_like.last_features == selective.last_features == 16
     assert (selective.last_entropy < math.log(16) - 0.5).all()  # a quarter of the mass, sharply chosen (1.47, 1.59)
@@ -35,10 +37,18 @@ def test_mu_one_gsp_has_the_entropy_of_gap_and_selection_lowers_it():
 
 
 def test_a_gsp_run_logs_the_entropy_and_the_end_of_the_kcenter_warmup(tmp_path):
-    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + [
-        "train.max_steps=4", "train.log_every=1", "model.pooling=gsp", "model.local_dim=16", "model.head=none",
-        "model.pooling_params={num_prototypes: 4, iters: 20, init: kcenter, memory_size: 32}",
-    ])
+    cfg = load_config(
+        "configs/quickstart.yaml",
+        TINY_OVERRIDES
+        + [
+            "train.max_steps=4",
+            "train.log_every=1",
+            "model.pooling=gsp",
+            "model.local_dim=16",
+            "model.head=none",
+            "model.pooling_params={num_prototypes: 4, iters: 20, init: kcenter, memory_size: 32}",
+        ],
+    )
     summary = build_trainer(cfg, tmp_path / "run", quiet=True).fit()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["split"] == "train"]

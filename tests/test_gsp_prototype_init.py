@@ -23,7 +23,9 @@ def _farthest_first(points: torch.Tensor, k: int) -> list[int]:
 
 def _maps(seed: int, b: int = 4, dim: int = 5) -> torch.Tensor:
     """Feature maps whose GAP vectors have norms about 0.9 (seed 1) and 1.3 (seed 2): the unit-ball step matters."""
-    return torch.randn(b, dim, 3, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 0.3 + 0.2 * (seed + 1)
+    return torch.randn(b, dim, 3, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 0.3 + 0.2 * (
+        seed + 1
+    )
 
 
 def test_gap_warmup_fills_the_memory_then_prototypes_are_its_k_centres():
@@ -73,4 +75,3 @@ def test_bad_init_options():
     with pytest.raises(ValueError, match="warmup_steps"):
         GSP(5, init="kcenter", warmup_steps=-1)
     assert GSP(5).no_weight_decay() == ["prototypes"]
-

@@ -31,7 +31,9 @@ def test_token_bags_follow_the_class_fraction():
 def test_synthetic_study_tiny_budget(tmp_path):
     from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig, run_study
 
-    cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1, prototype_init="random")
+    cfg = SyntheticStudyConfig(
+        max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1, prototype_init="random"
+    )
     results = run_study(cfg, tmp_path)
     assert [r["variant"] for r in results] == ["gap", "gsp", "gsp+zs"]
     table = (tmp_path / "table.md").read_text()
@@ -94,7 +96,9 @@ def test_pooling_weights_are_uniform_for_gap_and_sum_to_one_for_gsp(collages):
     gap = build_embedder(ModelConfig(pooling="gap", embedding_dim=8), in_channels=1)
     w, hw = pooling_weights(gap, x)
     assert hw == (8, 8) and foreground_share(w, hw, mask) == pytest.approx(0.25)
-    gsp = build_embedder(ModelConfig(pooling="gsp", pooling_params={"num_prototypes": 4, "iters": 10}, embedding_dim=8), 1)
+    gsp = build_embedder(
+        ModelConfig(pooling="gsp", pooling_params={"num_prototypes": 4, "iters": 10}, embedding_dim=8), 1
+    )
     w, _ = pooling_weights(gsp, x)
     torch.testing.assert_close(w.sum(1), torch.ones(6), atol=1e-4, rtol=0)  # (1/n - rho_j)/mu sums to 1
 
@@ -111,7 +115,9 @@ def test_collage_study_tiny_budget(tmp_path):
 
     results = run_study(tmp_path, ["gsp+zs"], max_steps=2, val_every=2, per_class=4, samples=3, seeds=[0, 1])
     assert [(r["variant"], r["seed"]) for r in results] == [("gsp+zs", 0), ("gsp+zs", 1)]
-    assert all(0.0 <= r["foreground_weight_share"] <= 1.0 for r in results)  # the known answers: test_foreground_share_*
+    assert all(
+        0.0 <= r["foreground_weight_share"] <= 1.0 for r in results
+    )  # the known answers: test_foreground_share_*
     assert (tmp_path / "heatmaps.png").stat().st_size > 1000
     assert "| gsp+zs | 2 |" in (tmp_path / "table.md").read_text()
     summary = tmp_path / "runs" / "gsp_zs-seed1" / "summary.json"
@@ -141,12 +147,18 @@ def test_histogram_is_nearest_prototype_assignment():
 @settings(max_examples=40, deadline=None)
 @example(seed=0, b=2, n=1, d=2, k=1)  # delta > 1 (two far points, one prototype): err^2 <= delta need not hold
 @given(
-    seed=st.integers(0, 10_000), b=st.integers(1, 4), n=st.integers(1, 12), d=st.integers(1, 6), k=st.integers(1, 10),
+    seed=st.integers(0, 10_000),
+    b=st.integers(1, 4),
+    n=st.integers(1, 12),
+    d=st.integers(1, 6),
+    k=st.integers(1, 10),
 )
 def test_proposition_4_2_1_error_bounded_by_covering_radius(seed, b, n, d, k):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(b, n, d, generator=g, dtype=torch.float64)
-    x = x / x.norm(dim=-1, keepdim=True).clamp(min=1.0) * torch.rand(b, n, 1, generator=g, dtype=torch.float64)  # unit ball
+    x = (
+        x / x.norm(dim=-1, keepdim=True).clamp(min=1.0) * torch.rand(b, n, 1, generator=g, dtype=torch.float64)
+    )  # unit ball
     points = x.reshape(-1, d)
     v = points[greedy_k_center(points, min(k, points.shape[0]))]
     delta = prototype_cover_delta(points, v)
@@ -155,7 +167,9 @@ def test_proposition_4_2_1_error_bounded_by_covering_radius(seed, b, n, d, k):
     if delta <= 1.0:  # the statement of Proposition 4.2.1, err^2 <= delta, follows from err <= delta when delta <= 1
         assert float(err.max()) ** 2 <= delta + 1e-12
     diag = pcc_diagnostics(x, v)
-    assert (diag["bound_holds"] == 1.0 or delta > 1.0) and diag["max_error"] <= diag["max_mean_nn_distance"] + 1e-12 <= delta + 2e-12
+    assert (diag["bound_holds"] == 1.0 or delta > 1.0) and diag["max_error"] <= diag[
+        "max_mean_nn_distance"
+    ] + 1e-12 <= delta + 2e-12
 
 
 def test_pcc_study_writes_its_table(tmp_path):
@@ -198,8 +212,15 @@ def test_foreground_share_known_answers(collages):
     inside = mask.flatten(1).double()  # unnormalised: the share divides by the total weight
     assert foreground_share(inside, hw, mask) == pytest.approx(1.0)
     assert foreground_share((~mask).flatten(1).double() / 48, hw, mask) == pytest.approx(0.0)
-    gsp = build_embedder(ModelConfig(backbone="resnet20", embedding_dim=8, pooling="gsp",
-                                     pooling_params={"num_prototypes": 4, "mu": 0.3, "eps": 20.0}), in_channels=test.in_channels)
+    gsp = build_embedder(
+        ModelConfig(
+            backbone="resnet20",
+            embedding_dim=8,
+            pooling="gsp",
+            pooling_params={"num_prototypes": 4, "mu": 0.3, "eps": 20.0},
+        ),
+        in_channels=test.in_channels,
+    )
     weights, _ = pooling_weights(gsp, images)
     torch.testing.assert_close(weights.sum(1), torch.ones(8), atol=1e-4, rtol=0)
     assert weights.std(1).max() > 1e-4  # GSP at eps 20 is not uniform
@@ -210,8 +231,14 @@ def _hand_model(num_prototypes, memory_size=4, warmup_steps=1, normalization="un
     """A synthetic-study GSP model whose tokens 0-3 sit at hand-picked points of the 2-D box."""
     from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig, TokenBagModel
 
-    cfg = SyntheticStudyConfig(num_prototypes=num_prototypes, memory_size=memory_size, warmup_steps=warmup_steps,
-                               iters=60, prototype_init="kcenter", normalization=normalization)
+    cfg = SyntheticStudyConfig(
+        num_prototypes=num_prototypes,
+        memory_size=memory_size,
+        warmup_steps=warmup_steps,
+        iters=60,
+        prototype_init="kcenter",
+        normalization=normalization,
+    )
     model = TokenBagModel(cfg.spec, cfg, "gsp", torch.Generator().manual_seed(0)).double()
     points = torch.tensor([[0.0, 0.0], [0.1, 0.0], [0.3, 0.3], [-0.2, 0.1]], dtype=torch.float64)
     with torch.no_grad():
@@ -271,8 +298,17 @@ def test_synthetic_prototypes_and_tokens_stay_in_the_box_even_at_a_huge_learning
     from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig, train_variant
 
     for init in ("kcenter", "random"):
-        cfg = SyntheticStudyConfig(max_epochs=3, steps_per_epoch=3, eval_per_class=3, iters=10, patience=5, lr=0.5,
-                                   prototype_init=init, warmup_steps=0, memory_size=64)
+        cfg = SyntheticStudyConfig(
+            max_epochs=3,
+            steps_per_epoch=3,
+            eval_per_class=3,
+            iters=10,
+            patience=5,
+            lr=0.5,
+            prototype_init=init,
+            warmup_steps=0,
+            memory_size=64,
+        )
         r = train_variant("gsp", cfg)
         assert r["kcenter_step"] == (1 if init == "kcenter" else None)  # one batch of 64 bags fills the memory
         assert float(r["prototypes"].abs().max()) <= cfg.token_range + 1e-7
@@ -284,14 +320,17 @@ def test_synthetic_study_tiny_budget_three_seeds_pairs_with_gap(tmp_path):
     from dmlkit_lab.studies.gsp_synthetic import SyntheticStudyConfig, run_study
     from dmlkit_lab.studies.paired_runs import paired_differences
 
-    cfg = SyntheticStudyConfig(max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1,
-                               warmup_steps=1, memory_size=64)
+    cfg = SyntheticStudyConfig(
+        max_epochs=2, steps_per_epoch=2, eval_per_class=4, iters=5, patience=1, warmup_steps=1, memory_size=64
+    )
     results = run_study(cfg, tmp_path, seeds=[0, 1, 2])
     assert [(r["seed"], r["variant"]) for r in results] == [(s, v) for s in (0, 1, 2) for v in ("gap", "gsp", "gsp+zs")]
     assert all(r["kcenter_step"] == 2 for r in results if r["variant"] != "gap")
     diffs = paired_differences(results)
     by = {(r["seed"], r["variant"]): r["test_map_at_r"] for r in results}
-    assert [d["test_map_at_r"] for d in diffs] == [by[s, v] - by[s, "gap"] for s in (0, 1, 2) for v in ("gsp", "gsp+zs")]
+    assert [d["test_map_at_r"] for d in diffs] == [
+        by[s, v] - by[s, "gap"] for s in (0, 1, 2) for v in ("gsp", "gsp+zs")
+    ]
     assert "| gsp | 0: " in (tmp_path / "table.md").read_text()
 
 
@@ -333,8 +372,12 @@ def test_collage_pooling_weights_of_a_gsp_layer_in_its_warmup_are_uniform(collag
     from dmlkit_lab.studies.collage import pooling_entropy, pooling_weights
 
     x, _ = collages[1].get_batch(range(4))
-    model = build_embedder(ModelConfig(pooling="gsp", embedding_dim=8, pooling_params={
-        "num_prototypes": 4, "init": "kcenter", "memory_size": 64}), in_channels=1)
+    model = build_embedder(
+        ModelConfig(
+            pooling="gsp", embedding_dim=8, pooling_params={"num_prototypes": 4, "init": "kcenter", "memory_size": 64}
+        ),
+        in_channels=1,
+    )
     assert model.pooling.pools_with_gap
     weights, hw = pooling_weights(model, x)
     torch.testing.assert_close(weights, torch.full((4, 64), 1 / 64))
@@ -345,19 +388,30 @@ def test_pooling_entropy_known_answers():
     from dmlkit_lab.studies.collage import pooling_entropy
 
     assert pooling_entropy(torch.tensor([[1.0, 0.0, 0.0, 0.0]])) == pytest.approx(0.0)
-    assert pooling_entropy(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.25] * 4])) == pytest.approx((math.log(2) + math.log(4)) / 2)
+    assert pooling_entropy(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.25] * 4])) == pytest.approx(
+        (math.log(2) + math.log(4)) / 2
+    )
     assert pooling_entropy(torch.tensor([[2.0, 2.0, 0.0, 0.0]])) == pytest.approx(math.log(2))  # rows are normalised
 
 
 def test_collage_paired_differences_pair_by_seed():
     from dmlkit_lab.studies.collage import paired_differences
 
-    runs = [{"variant": v, "seed": s, "test_map_at_r": m, "test_precision_at_1": p}
-            for v, s, m, p in [("gap", 0, 0.5, 0.7), ("gap", 1, 0.4, 0.6), ("gsp", 1, 0.45, 0.5), ("gsp", 0, 0.3, 0.9),
-                               ("gsp", 2, 0.9, 0.9)]]  # seed 2 has no GAP run: left out
+    runs = [
+        {"variant": v, "seed": s, "test_map_at_r": m, "test_precision_at_1": p}
+        for v, s, m, p in [
+            ("gap", 0, 0.5, 0.7),
+            ("gap", 1, 0.4, 0.6),
+            ("gsp", 1, 0.45, 0.5),
+            ("gsp", 0, 0.3, 0.9),
+            ("gsp", 2, 0.9, 0.9),
+        ]
+    ]  # seed 2 has no GAP run: left out
     diffs = paired_differences(runs)
     assert [(d["seed"], round(d["test_map_at_r"], 6), round(d["test_precision_at_1"], 6)) for d in diffs] == [
-        (1, 0.05, -0.1), (0, -0.2, 0.2)]
+        (1, 0.05, -0.1),
+        (0, -0.2, 0.2),
+    ]
 
 
 def test_collage_testbed_pool_uses_no_class_the_backbone_was_pretrained_on():

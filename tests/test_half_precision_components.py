@@ -69,11 +69,21 @@ def test_every_pooling_under_autocast_is_finite_and_close_to_float32(name, dtype
 # ------------------------------------------------------------------ every method in a bf16-mixed run
 METHOD_OVERRIDES = {
     "sft": ["methods.sft.name=sft", "methods.sft.lam=0.2"],
-    "ccp": ["methods.ccp.enabled=true", "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=4", "methods.ccp.patience=1", "train.val_every=2"],
-    "gsp_zero_shot": ["model.pooling=gsp", "model.local_dim=16", "model.head=none",
-                      "model.pooling_params={num_prototypes: 8, init: random}", "methods.zero_shot.weight=0.1"],
-    "xbm": ["loss.name=xbm", "loss.miner=null",
-            "loss.params={loss: contrastive, memory_size: 64, start_iteration: 1}"],
+    "ccp": [
+        "methods.ccp.enabled=true",
+        "methods.ccp.proxies_per_class=2",
+        "methods.ccp.pool_size=4",
+        "methods.ccp.patience=1",
+        "train.val_every=2",
+    ],
+    "gsp_zero_shot": [
+        "model.pooling=gsp",
+        "model.local_dim=16",
+        "model.head=none",
+        "model.pooling_params={num_prototypes: 8, init: random}",
+        "methods.zero_shot.weight=0.1",
+    ],
+    "xbm": ["loss.name=xbm", "loss.miner=null", "loss.params={loss: contrastive, memory_size: 64, start_iteration: 1}"],
 }
 
 
@@ -90,9 +100,20 @@ def test_every_method_trains_in_bf16_mixed_like_in_float32(method, tmp_path):
 
     losses = {}
     for precision in ("32-true", "bf16-mixed"):
-        cfg = load_config("configs/quickstart.yaml", [*TINY_OVERRIDES, "data.image_size=16", "train.max_steps=4",
-                          "train.val_every=4", "train.log_every=1", "plots=false", "eval.clustering=false",
-                          f"train.precision={precision}", *METHOD_OVERRIDES[method]])
+        cfg = load_config(
+            "configs/quickstart.yaml",
+            [
+                *TINY_OVERRIDES,
+                "data.image_size=16",
+                "train.max_steps=4",
+                "train.val_every=4",
+                "train.log_every=1",
+                "plots=false",
+                "eval.clustering=false",
+                f"train.precision={precision}",
+                *METHOD_OVERRIDES[method],
+            ],
+        )
         run = tmp_path / precision
         build_trainer(cfg, run, quiet=True).fit()
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -85,18 +85,34 @@ def test_single_class_training_split_is_refused_before_training(tmp_path):
     from dmlkit.assemble import build_trainer
     from tests_helpers import TINY_OVERRIDES
 
-    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["data.max_classes=2", "data.val_fraction=0.5", "train.batch_size=4"])
+    cfg = load_config(
+        "configs/quickstart.yaml",
+        TINY_OVERRIDES + ["data.max_classes=2", "data.val_fraction=0.5", "train.batch_size=4"],
+    )
     with pytest.raises(ValueError, match="at least 2"):
         build_trainer(cfg, tmp_path / "one", quiet=True).fit()
 
 
-@pytest.mark.parametrize("override,key", [
-    ("train.val_every=0", "val_every"), ("train.log_every=-1", "log_every"), ("train.batch_size=0", "batch_size"),
-    ("train.max_steps=-5", "max_steps"), ("train.max_steps=99999999999999999", "max_steps"), ("train.lr=-0.1", "lr"),
-    ("train.lr=.inf", "lr"), ("train.weight_decay=-1", "weight_decay"), ("train.momentum=1.5", "momentum"),
-    ("train.betas=[0.9, 1.0]", "betas"), ("train.grad_clip=0", "grad_clip"), ("train.devices=0", "devices"),
-    ("train.patience=-1", "patience"), ("train.plateau_factor=1", "plateau_factor"), ("train.head_lr=-1", "head_lr"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("train.val_every=0", "val_every"),
+        ("train.log_every=-1", "log_every"),
+        ("train.batch_size=0", "batch_size"),
+        ("train.max_steps=-5", "max_steps"),
+        ("train.max_steps=99999999999999999", "max_steps"),
+        ("train.lr=-0.1", "lr"),
+        ("train.lr=.inf", "lr"),
+        ("train.weight_decay=-1", "weight_decay"),
+        ("train.momentum=1.5", "momentum"),
+        ("train.betas=[0.9, 1.0]", "betas"),
+        ("train.grad_clip=0", "grad_clip"),
+        ("train.devices=0", "devices"),
+        ("train.patience=-1", "patience"),
+        ("train.plateau_factor=1", "plateau_factor"),
+        ("train.head_lr=-1", "head_lr"),
+    ],
+)
 def test_impossible_config_values_name_their_key(override, key):
     with pytest.raises(ValueError, match=f"train.{key}"):
         load_config("configs/quickstart.yaml", [override])

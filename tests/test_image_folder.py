@@ -72,21 +72,35 @@ def test_a_corrupt_test_image_stops_the_run_before_training_and_names_on_corrupt
     root = write_tree(tmp_path / "data", classes=("a", "b", "c", "d", "e"), per_class=4, size=(16, 16))
     bad = root / "test" / "test_c" / "1.png"
     bad.write_bytes(b"not a png")
-    overrides = ["data.name=image_folder", f"data.root={root}", "data.image_size=16", "data.val_fraction=0",
-                 "model.embedding_dim=8", "train.batch_size=8", "train.m_per_class=2", "train.max_steps=2",
-                 "train.val_every=2", "eval.clustering=false", "plots=false"]
+    overrides = [
+        "data.name=image_folder",
+        f"data.root={root}",
+        "data.image_size=16",
+        "data.val_fraction=0",
+        "model.embedding_dim=8",
+        "train.batch_size=8",
+        "train.m_per_class=2",
+        "train.max_steps=2",
+        "train.val_every=2",
+        "eval.clustering=false",
+        "plots=false",
+    ]
     with pytest.raises(ValueError, match=r"(?s)1.png \(test split\): not an image.*data.params.on_corrupt=skip"):
         build_trainer(load_config("configs/quickstart.yaml", overrides), tmp_path / "run", quiet=True)
     assert not (tmp_path / "run").exists()
     with pytest.warns(UserWarning, match="skipped 1 unreadable"):
-        summary = build_trainer(load_config("configs/quickstart.yaml", [*overrides, "data.params.on_corrupt=skip"]),
-                                tmp_path / "run", quiet=True).fit()
+        summary = build_trainer(
+            load_config("configs/quickstart.yaml", [*overrides, "data.params.on_corrupt=skip"]),
+            tmp_path / "run",
+            quiet=True,
+        ).fit()
     assert summary["steps"] == 2
     with pytest.raises(ValueError, match="data.params.on_corrupt=skip"):  # found on use, it names the option too
         create_dataset("image_folder", "test", root=root)[9]
 
 
 # ---------------------------------------------------------------- the flat layout ROOT/<class>/<image>
+
 
 def write_flat(root, num_classes=10, per_class=3, size=(12, 10)):
     """``root/c00 .. c<N-1>/`` with ``per_class`` images each (PNG and JPEG mixed), names in a scrambled order."""
@@ -134,21 +148,26 @@ def test_flat_train_validation_and_test_classes_are_disjoint_in_a_run(tmp_path):
     from dmlkit.data import build_datasets
 
     root = write_flat(tmp_path, num_classes=12)
-    cfg = load_config("configs/own_images.yaml", [f"data.root={root}", "data.val_fraction=0.34",
-                                                 "data.params.class_split=random", "data.params.split_seed=1"])
+    cfg = load_config(
+        "configs/own_images.yaml",
+        [f"data.root={root}", "data.val_fraction=0.34", "data.params.class_split=random", "data.params.split_seed=1"],
+    )
     sets = build_datasets(cfg.data, seed=0)
     names = {k: set(d.class_names) for k, d in sets.items()}
     assert len(names["train"]) == 4 and len(names["val"]) == 2 and len(names["test"]) == 6
     assert not names["train"] & names["val"] and not names["train"] & names["test"] and not names["val"] & names["test"]
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"train_share": 1.0}, r"train_share.*strictly between 0 and 1"),
-    ({"train_share": 0}, r"train_share.*strictly between 0 and 1"),
-    ({"train_share": -0.5}, r"train_share.*strictly between 0 and 1"),
-    ({"class_split": "first"}, r"class_split must be one of sorted, random"),
-    ({"split_seed": 1.5}, r"split_seed must be an int"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"train_share": 1.0}, r"train_share.*strictly between 0 and 1"),
+        ({"train_share": 0}, r"train_share.*strictly between 0 and 1"),
+        ({"train_share": -0.5}, r"train_share.*strictly between 0 and 1"),
+        ({"class_split": "first"}, r"class_split must be one of sorted, random"),
+        ({"split_seed": 1.5}, r"split_seed must be an int"),
+    ],
+)
 def test_flat_bad_split_options_name_the_option(tmp_path, params, match):
     root = write_flat(tmp_path, num_classes=6)
     with pytest.raises(ValueError, match=match):
@@ -157,7 +176,9 @@ def test_flat_bad_split_options_name_the_option(tmp_path, params, match):
 
 def test_flat_root_with_too_few_classes_says_how_many_are_needed(tmp_path):
     root = write_flat(tmp_path, num_classes=3)
-    with pytest.raises(ValueError, match=r"3 class folder.*2 train and 1 test.*at least 2.*Add class folders \(at least 4\)"):
+    with pytest.raises(
+        ValueError, match=r"3 class folder.*2 train and 1 test.*at least 2.*Add class folders \(at least 4\)"
+    ):
         create_dataset("image_folder", "train", root=root)
     with pytest.raises(ValueError, match=r"train_share=0.2 give 1 train"):
         create_dataset("image_folder", "train", root=write_flat(tmp_path / "more", num_classes=6), train_share=0.2)
@@ -216,8 +237,16 @@ def test_the_split_record_round_trips_and_outlives_a_new_class(tmp_path):
         create_dataset("image_folder", "test", root=root, classes_file=str(record))
 
 
-FLAT_RUN = ["data.image_size=16", "model.embedding_dim=8", "train.batch_size=8", "train.m_per_class=2",
-            "train.max_steps=2", "train.val_every=2", "eval.clustering=false", "plots=false"]
+FLAT_RUN = [
+    "data.image_size=16",
+    "model.embedding_dim=8",
+    "train.batch_size=8",
+    "train.m_per_class=2",
+    "train.max_steps=2",
+    "train.val_every=2",
+    "eval.clustering=false",
+    "plots=false",
+]
 
 
 def test_a_run_records_its_classes_and_evaluate_uses_them_after_the_folder_changed(tmp_path):

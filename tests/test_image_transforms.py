@@ -53,7 +53,9 @@ def test_random_crop_boxes_respect_scale_ratio_and_bounds(width, height):
 
 def test_random_crop_areas_cover_the_scale_range():
     areas = [
-        (lambda b: b[2] * b[3] / (341 * 256))(random_resized_crop_box(341, 256, (0.16, 1.0), (3 / 4, 4 / 3), make_generator(1, s)))
+        (lambda b: b[2] * b[3] / (341 * 256))(
+            random_resized_crop_box(341, 256, (0.16, 1.0), (3 / 4, 4 / 3), make_generator(1, s))
+        )
         for s in range(400)
     ]
     assert min(areas) < 0.25 and max(areas) > 0.85  # the whole range is used, not a fixed crop
@@ -85,7 +87,9 @@ def test_train_transform_equals_resize_crop_resize_flip():
     t = TrainTransform(PaperTransformConfig(flip_prob=0.0))
     out = t(img, make_generator(3, 0, 5))
     resized = img.resize(resized_shape(500, 375, 256), Image.Resampling.BILINEAR)
-    left, top, w, h = random_resized_crop_box(resized.width, resized.height, (0.16, 1.0), (3 / 4, 4 / 3), make_generator(3, 0, 5))
+    left, top, w, h = random_resized_crop_box(
+        resized.width, resized.height, (0.16, 1.0), (3 / 4, 4 / 3), make_generator(3, 0, 5)
+    )
     expected = normalize(resized.crop((left, top, left + w, top + h)).resize((227, 227), Image.Resampling.BILINEAR))
     assert out.shape == (3, 227, 227)
     assert float((out - expected).abs().mean()) < 0.03
@@ -113,7 +117,8 @@ def test_constant_image_is_normalised_with_imagenet_statistics():
 
 
 @pytest.mark.parametrize(
-    "bad", [dict(size=0), dict(size=227, resize=200), dict(scale=(0.5, 0.2)), dict(ratio=(0.0, 1.0)), dict(flip_prob=2.0)]
+    "bad",
+    [dict(size=0), dict(size=227, resize=200), dict(scale=(0.5, 0.2)), dict(ratio=(0.0, 1.0)), dict(flip_prob=2.0)],
 )
 def test_bad_configs(bad):
     with pytest.raises(ValueError):

@@ -16,7 +16,6 @@ from dmlkit.evaluation.knn import knn_search
 from dmlkit.evaluation.knn_device import device_knn_search
 
 
-
 def brute_force(query: torch.Tensor, reference: torch.Tensor, k: int, exclude_self: bool):
     """float64 direct differences over all pairs, stable sort: ties to the smaller index."""
     q, r = query.float().double(), reference.float().double()

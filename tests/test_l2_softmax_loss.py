@@ -17,9 +17,13 @@ def test_value_equals_cross_entropy_on_scaled_normalised_features():
     with torch.no_grad():
         loss.bias.copy_(torch.randn(4, generator=g, dtype=torch.float64))
     with torch.no_grad():
-        by_hand = sum(
-            -math.log(float(torch.softmax(5.0 * x[i] / x[i].norm() @ loss.W + loss.bias, 0)[y[i]])) for i in range(10)
-        ) / 10
+        by_hand = (
+            sum(
+                -math.log(float(torch.softmax(5.0 * x[i] / x[i].norm() @ loss.W + loss.bias, 0)[y[i]]))
+                for i in range(10)
+            )
+            / 10
+        )
     assert loss(x, y).item() == pytest.approx(by_hand, rel=1e-10)
     # scale invariance of the input: only the direction of a feature matters
     assert loss(3.7 * x, y).item() == pytest.approx(by_hand, rel=1e-10)

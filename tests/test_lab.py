@@ -18,9 +18,11 @@ def fresh(code: str) -> str:
 
 
 def test_a_lab_dataset_resolves_without_a_config_and_glyphs_alone_loads_no_lab_module():
-    code = ("import sys; from dmlkit.data.catalog import DATASETS; DATASETS.get('glyphs'); "
-            "print(any(m.startswith('dmlkit_lab') for m in sys.modules)); "
-            "print(DATASETS.get('font_glyphs').__module__)")
+    code = (
+        "import sys; from dmlkit.data.catalog import DATASETS; DATASETS.get('glyphs'); "
+        "print(any(m.startswith('dmlkit_lab') for m in sys.modules)); "
+        "print(DATASETS.get('font_glyphs').__module__)"
+    )
     assert fresh(code).split() == ["False", "dmlkit_lab.datasets.font_glyphs"]
 
 

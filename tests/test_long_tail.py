@@ -14,7 +14,13 @@ import torch
 
 from dmlkit.config import load_config
 from dmlkit.data import (
-    DATASETS, DMLDataset, DataConfig, MPerClassBatchSampler, build_datasets, create_batch_sampler, no_categories,
+    DATASETS,
+    DMLDataset,
+    DataConfig,
+    MPerClassBatchSampler,
+    build_datasets,
+    create_batch_sampler,
+    no_categories,
 )
 from dmlkit.data.long_tail import cut_long_tail, long_tail_cut
 
@@ -33,8 +39,15 @@ class Toy(DMLDataset):
 
     SPLITS = ("train", "test")
 
-    def __init__(self, split: str = "train", root=None, seed: int = 0, augment: bool = False, image_size: int = 4,
-                 names: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        split: str = "train",
+        root=None,
+        seed: int = 0,
+        augment: bool = False,
+        image_size: int = 4,
+        names: tuple[str, ...] | None = None,
+    ):
         sizes = SIZES if split == "train" else [6, 7, 8, 9]
         self.labels = _labels(sizes)
         self.class_names = list(names) if names else [f"{split}-class-{c}" for c in range(len(sizes))]
@@ -102,7 +115,8 @@ def test_round_fraction_classes_are_cut_to_exactly_tail_images_and_the_rest_unto
 def test_the_cut_is_the_documented_hash_rule(fraction, images):
     toy = Toy()
     assert _kept_by_class(cut_long_tail(toy, fraction, images)) == reference_cut(
-        toy.labels, toy.class_names, fraction, images)
+        toy.labels, toy.class_names, fraction, images
+    )
 
 
 def test_the_cut_changes_only_when_its_inputs_change():
@@ -138,7 +152,8 @@ def test_build_datasets_cuts_train_after_the_holdout_and_never_val_or_test(toy_r
         assert torch.equal(plain[split].labels, long[split].labels)
         assert plain[split].class_names == long[split].class_names
         assert [float(long[split][i][0].flatten()[0]) for i in range(len(long[split]))] == [
-            float(plain[split][i][0].flatten()[0]) for i in range(len(plain[split]))]
+            float(plain[split][i][0].flatten()[0]) for i in range(len(plain[split]))
+        ]
     train = plain["train"]  # 9 of the 12 classes after the hold-out: round(0.5 * 9) = 4 cut
     assert train.num_classes == 9
     expected = reference_cut(train.labels, train.class_names, 0.5, 3)
@@ -168,15 +183,24 @@ def test_two_image_classes_train_with_m_per_class(draw):
         for k in range(0, 12, 3):
             c = labels[k]
             if c in two:  # 3 draws from 2 images: with replacement, all of the class
-                assert set(batch[k:k + 3]) <= set(torch.nonzero(cut.labels == c).flatten().tolist())
+                assert set(batch[k : k + 3]) <= set(torch.nonzero(cut.labels == c).flatten().tolist())
                 seen.add(c)
     assert seen, "some 2-image class was drawn"
 
 
-@pytest.mark.parametrize("key, value", [
-    ("tail_fraction", 1.0), ("tail_fraction", -0.1), ("tail_fraction", "half"), ("tail_fraction", True),
-    ("tail_images", 1), ("tail_images", 2.5), ("tail_images", True), ("tail_images", 0),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("tail_fraction", 1.0),
+        ("tail_fraction", -0.1),
+        ("tail_fraction", "half"),
+        ("tail_fraction", True),
+        ("tail_images", 1),
+        ("tail_images", 2.5),
+        ("tail_images", True),
+        ("tail_images", 0),
+    ],
+)
 def test_bad_values_raise_naming_the_key(key, value):
     with pytest.raises(ValueError, match=f"data.{key}"):
         DataConfig(**{key: value})
@@ -194,8 +218,11 @@ def test_the_longtail_configs_build_their_samplers():
     from dmlkit.assemble.build import build_sampler
 
     toy = cut_long_tail(Toy(), 0.5, 3)
-    for stem, draw in (("font_testbed_longtail", "proportional"), ("font_testbed_longtail_balanced", "balanced"),
-                       ("font_testbed_longtail_sft_unbalanced", "proportional")):
+    for stem, draw in (
+        ("font_testbed_longtail", "proportional"),
+        ("font_testbed_longtail_balanced", "balanced"),
+        ("font_testbed_longtail_sft_unbalanced", "proportional"),
+    ):
         cfg = load_config(f"configs/font_testbed/{stem}.yaml", ["train.batch_size=12"])
         assert (cfg.data.tail_fraction, cfg.data.tail_images) == (0.5, 3)
         sampler = build_sampler(cfg, toy)
@@ -207,12 +234,23 @@ def test_the_longtail_configs_build_their_samplers():
 def test_the_runs_train_split_is_what_it_trained_on_unaugmented(toy_registered):
     from dmlkit.assemble import run_split
 
-    cfg = load_config(None, [f"data.name={NAME}", "data.val_fraction=0.25", "data.tail_fraction=0.5",
-                             "data.tail_images=3", "data.augment=true"])
+    cfg = load_config(
+        None,
+        [
+            f"data.name={NAME}",
+            "data.val_fraction=0.25",
+            "data.tail_fraction=0.5",
+            "data.tail_images=3",
+            "data.augment=true",
+        ],
+    )
     trained = build_datasets(cfg.data, seed=cfg.seed)["train"]
     train = run_split(cfg, "train")  # after the hold-out (9 of 12 classes) and the cut (4 of them to 3 images)
     assert torch.equal(train.labels, trained.labels) and train.class_names == trained.class_names
-    assert len(train) < len(build_datasets(load_config(None, [f"data.name={NAME}", "data.val_fraction=0.25"]).data)["train"])
+    assert len(train) < len(
+        build_datasets(load_config(None, [f"data.name={NAME}", "data.val_fraction=0.25"]).data)["train"]
+    )
     assert not train.augment and trained.augment
     assert [float(train[i][0].flatten()[0]) for i in range(len(train))] == [
-        float(trained.with_augment(False)[i][0].flatten()[0]) for i in range(len(train))]
+        float(trained.with_augment(False)[i][0].flatten()[0]) for i in range(len(train))
+    ]

@@ -55,7 +55,13 @@ REQUIRED_LOSSES = [
 # The documented defaults (the thesis, Sec. 3.3.2.1, CUB column where per-dataset).
 DOCUMENTED_DEFAULTS = {
     "ce_weak": {"output": "softmax", "eps": 1e-7},  # CE' of the classification-baseline supplement
-    "ce_metric": {"output": "softmax", "a": 0.0, "b": 0.8, "p": 0.5, "allow_non_metric": False},  # b/(1+a) <= 2^(p+1) - 2^(2p)
+    "ce_metric": {
+        "output": "softmax",
+        "a": 0.0,
+        "b": 0.8,
+        "p": 0.5,
+        "allow_non_metric": False,
+    },  # b/(1+a) <= 2^(p+1) - 2^(2p)
     "contrastive": {"pos_margin": 0.0, "neg_margin": 0.5},  # thesis C1: "0.5 margin"
     "contrastive_c2": {"pos_margin": 0.0, "neg_margin": 0.3841},  # thesis C2, CUB
     "triplet": {"margin": 0.0961, "triplets_per_anchor": "all"},  # thesis Triplet, CUB
@@ -255,7 +261,9 @@ def test_margin_loss_class_specific_beta():
 def test_loss_registry_errors():
     with pytest.raises(ValueError, match="valid names are: arcface"):
         create_loss("circle_of_life")
-    with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['alpah'\].*valid parameters are: alpha, beta, base"):
+    with pytest.raises(
+        ValueError, match=r"unknown parameter\(s\) \['alpah'\].*valid parameters are: alpha, beta, base"
+    ):
         create_loss("multi_similarity", alpah=3)
     with pytest.raises(ValueError, match="needs num_classes"):
         create_loss("proxy_anchor", embedding_size=EMB)

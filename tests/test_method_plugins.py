@@ -21,7 +21,7 @@ from dmlkit.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PLUGIN = '''
+PLUGIN = """
 from dataclasses import dataclass
 
 from dmlkit.engine.objective import ObjectiveTerm
@@ -59,7 +59,7 @@ class Toy(Method):
 
     def terms(self, terms):
         return [*terms, ConstantTerm("toy", weight=self.weight)]
-'''
+"""
 
 
 @pytest.fixture
@@ -73,7 +73,9 @@ def toy_plugin(tmp_path):
 
 
 def test_a_plugin_method_has_a_typed_config_section(toy_plugin):
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['toy'\] in section 'methods'; valid keys are: sft, ccp"):
+    with pytest.raises(
+        ValueError, match=r"unknown config key\(s\) \['toy'\] in section 'methods'; valid keys are: sft, ccp"
+    ):
         load_config("configs/quickstart.yaml", ["methods.toy.weight=0.5"])
     imports = [f"imports=[{toy_plugin}]"]
     cfg = load_config("configs/quickstart.yaml", imports + ["methods.toy.weight=0.5"])
@@ -86,7 +88,9 @@ def test_a_plugin_method_has_a_typed_config_section(toy_plugin):
         load_config("configs/quickstart.yaml", imports + ["methods.toy.weight=many"])
     with pytest.raises(ValueError, match="methods.toy.weight must be >= 0"):
         load_config("configs/quickstart.yaml", imports + ["methods.toy.weight=-1"])
-    with pytest.raises(ValueError, match=r"unknown config key\(s\) \['size'\] in section 'methods.toy'; valid keys are: weight"):
+    with pytest.raises(
+        ValueError, match=r"unknown config key\(s\) \['size'\] in section 'methods.toy'; valid keys are: weight"
+    ):
         load_config("configs/quickstart.yaml", imports + ["methods.toy.size=1"])
 
 
@@ -95,18 +99,39 @@ def test_a_plugin_method_trains_from_the_command_line(tmp_path):
     from tests_helpers import TINY_OVERRIDES
 
     (tmp_path / "toy_method.py").write_text(PLUGIN)
-    overrides = TINY_OVERRIDES + ["plots=false", "eval.clustering=false", "train.max_steps=2", "train.val_every=2",
-                                  "train.log_every=1", "methods.toy.weight=0.25"]
+    overrides = TINY_OVERRIDES + [
+        "plots=false",
+        "eval.clustering=false",
+        "train.max_steps=2",
+        "train.val_every=2",
+        "train.log_every=1",
+        "methods.toy.weight=0.25",
+    ]
     sets = [a for o in overrides for a in ("--set", o)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     run = tmp_path / "run"
 
     def dmlkit(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "dmlkit", *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "dmlkit", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
 
-    done = dmlkit("train", "configs/quickstart.yaml", *sets, "--import", str(tmp_path / "toy_method.py"),
-                  "--run-dir", str(run), "--quiet")
+    done = dmlkit(
+        "train",
+        "configs/quickstart.yaml",
+        *sets,
+        "--import",
+        str(tmp_path / "toy_method.py"),
+        "--run-dir",
+        str(run),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     train = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in train if r["split"] == "train"]

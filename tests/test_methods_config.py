@@ -35,7 +35,13 @@ ccp: {enabled: true, proxies_per_class: 2, pool_size: 3}
 train: {lr: 0.002, warmup_steps: 2}
 """
 
-NEW_KEYS = ["methods.sft", "methods.ccp", "methods.zero_shot.weight", "methods.zero_shot.params", "methods.warmup.steps"]
+NEW_KEYS = [
+    "methods.sft",
+    "methods.ccp",
+    "methods.zero_shot.weight",
+    "methods.zero_shot.params",
+    "methods.warmup.steps",
+]
 
 
 def _load_warned(*args, **kwargs):
@@ -66,35 +72,55 @@ def test_old_keys_in_a_base_chain_and_in_overrides(tmp_path):
     child, messages = _load_warned(tmp_path / "child.yaml")
     assert (child.methods.sft.lam, child.methods.sft.name, child.methods.warmup.steps) == (0.5, "sft_d", 4)
     assert any("old.yaml" in m for m in messages)  # the warning says which file holds the old key
-    overrides = ["augment.name=sft", "augment.lam=0.4", "ccp.enabled=true", "loss.zero_shot_weight=0.1",
-                 "loss.zero_shot_params={ridge: 0.2}", "train.warmup_steps=3"]
+    overrides = [
+        "augment.name=sft",
+        "augment.lam=0.4",
+        "ccp.enabled=true",
+        "loss.zero_shot_weight=0.1",
+        "loss.zero_shot_params={ridge: 0.2}",
+        "train.warmup_steps=3",
+    ]
     old, messages = _load_warned("configs/quickstart.yaml", overrides)
-    new = load_config("configs/quickstart.yaml", ["methods.sft.name=sft", "methods.sft.lam=0.4", "methods.ccp.enabled=true",
-                                                  "methods.zero_shot.weight=0.1", "methods.zero_shot.params={ridge: 0.2}",
-                                                  "methods.warmup.steps=3"])
+    new = load_config(
+        "configs/quickstart.yaml",
+        [
+            "methods.sft.name=sft",
+            "methods.sft.lam=0.4",
+            "methods.ccp.enabled=true",
+            "methods.zero_shot.weight=0.1",
+            "methods.zero_shot.params={ridge: 0.2}",
+            "methods.warmup.steps=3",
+        ],
+    )
     assert old == new
     _names_each_new_key(messages)
     assert any("--set augment.lam=0.4" in m for m in messages)
 
 
-@pytest.mark.parametrize("old, new", [
-    ("augment: {name: sft}", "methods: {sft: {lam: 0.3}}"),
-    ("ccp: {enabled: true}", "methods: {ccp: {patience: 2}}"),
-    ("loss: {zero_shot_weight: 0.1}", "methods: {zero_shot: {weight: 0.2}}"),
-    ("train: {warmup_steps: 3}", "methods: {warmup: {steps: 3}}"),
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("augment: {name: sft}", "methods: {sft: {lam: 0.3}}"),
+        ("ccp: {enabled: true}", "methods: {ccp: {patience: 2}}"),
+        ("loss: {zero_shot_weight: 0.1}", "methods: {zero_shot: {weight: 0.2}}"),
+        ("train: {warmup_steps: 3}", "methods: {warmup: {steps: 3}}"),
+    ],
+)
 def test_one_file_giving_the_old_and_the_new_key_is_refused(tmp_path, old, new):
     (tmp_path / "both.yaml").write_text(f"{old}\n{new}\n")
     with pytest.raises(ValueError, match="keep only 'methods"):
         load_config(tmp_path / "both.yaml")
 
 
-@pytest.mark.parametrize("overrides", [
-    ["augment.name=sft", "methods.sft.lam=0.3"],
-    ["ccp.enabled=true", "methods.ccp={enabled: true}"],
-    ["train.warmup_steps=2", "methods.warmup.steps=3"],
-    ["loss.zero_shot_weight=0.1", "methods.zero_shot.weight=0.1"],
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["augment.name=sft", "methods.sft.lam=0.3"],
+        ["ccp.enabled=true", "methods.ccp={enabled: true}"],
+        ["train.warmup_steps=2", "methods.warmup.steps=3"],
+        ["loss.zero_shot_weight=0.1", "methods.zero_shot.weight=0.1"],
+    ],
+)
 def test_overrides_giving_the_old_and_the_new_key_are_refused(overrides):
     with pytest.raises(ValueError, match="the --set overrides gives"):
         load_config("configs/quickstart.yaml", overrides)
@@ -115,10 +141,15 @@ def test_every_old_key_has_a_field_and_every_section_one_on_rule():
         assert isinstance(getattr(type(getattr(cfg.methods, section)), "active"), property), section
 
 
-@pytest.mark.parametrize("override, method", [
-    ("methods.sft.name=sft", "sft"), ("methods.ccp.enabled=true", "ccp"),
-    ("methods.zero_shot.weight=0.1", "zero_shot"), ("methods.warmup.steps=2", "warmup"),
-])
+@pytest.mark.parametrize(
+    "override, method",
+    [
+        ("methods.sft.name=sft", "sft"),
+        ("methods.ccp.enabled=true", "ccp"),
+        ("methods.zero_shot.weight=0.1", "zero_shot"),
+        ("methods.warmup.steps=2", "warmup"),
+    ],
+)
 def test_from_config_follows_the_sections_on_rule(override, method):
     off, on = load_config("configs/quickstart.yaml"), load_config("configs/quickstart.yaml", [override])
     assert method not in off.methods.enabled_sections() and METHODS.get(method).from_config(off) is None
@@ -130,20 +161,23 @@ def test_config_differences_skips_the_options_of_methods_both_leave_off():
     b = load_config("configs/quickstart.yaml", ["methods.zero_shot.params={ridge: 0.1}", "methods.ccp.patience=9"])
     assert config_differences(a, b) == []
     c = load_config("configs/quickstart.yaml", ["methods.zero_shot.weight=0.1"])
-    d = load_config("configs/quickstart.yaml", ["methods.zero_shot.weight=0.1", "methods.zero_shot.params={ridge: 0.1}"])
+    d = load_config(
+        "configs/quickstart.yaml", ["methods.zero_shot.weight=0.1", "methods.zero_shot.params={ridge: 0.1}"]
+    )
     assert config_differences(c, d) == ["methods.zero_shot.params.ridge"]
     assert config_differences(a, c) == ["methods.zero_shot.weight"]
 
 
 def test_the_sections_check_their_values_once_with_the_new_key_in_the_message():
-    for override, message in [("methods.zero_shot.weight=1.0", "methods.zero_shot.weight must lie in"),
-                              ("methods.zero_shot.params={bogus: 1}", "unknown methods.zero_shot.params"),
-                              ("methods.warmup.steps=-1", "methods.warmup.steps must be an int"),
-                              ("methods.sft.name=sft_d", "set methods.sft.normalize_input: true")]:
+    for override, message in [
+        ("methods.zero_shot.weight=1.0", "methods.zero_shot.weight must lie in"),
+        ("methods.zero_shot.params={bogus: 1}", "unknown methods.zero_shot.params"),
+        ("methods.warmup.steps=-1", "methods.warmup.steps must be an int"),
+        ("methods.sft.name=sft_d", "set methods.sft.normalize_input: true"),
+    ]:
         with pytest.raises(ValueError, match=message):
             load_config("configs/quickstart.yaml", [override])
     assert MethodsConfig().enabled_sections() == []
-
 
 
 def _old_form(values):
@@ -157,8 +191,10 @@ def _old_form(values):
 
 
 def test_an_old_run_folder_resumes_evaluates_and_reports(tmp_path):
-    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + [
-        "plots=false", "eval.clustering=false", "methods.sft.name=sft", "methods.warmup.steps=2"])
+    cfg = load_config(
+        "configs/quickstart.yaml",
+        TINY_OVERRIDES + ["plots=false", "eval.clustering=false", "methods.sft.name=sft", "methods.warmup.steps=2"],
+    )
     run_dir = tmp_path / "old_run"
     with pytest.raises(KeyboardInterrupt):
         build_trainer(cfg, run_dir, callbacks=[stop_after_validation(4)], quiet=True).fit()

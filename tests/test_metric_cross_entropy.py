@@ -324,7 +324,9 @@ def test_bounds_hold_on_noisy_outputs(kind):
 
 def test_bounds_reject_other_losses():
     with pytest.raises(ValueError, match="MetricCrossEntropy"):
-        metric_bounds(torch.full((2, 3), 1 / 3), torch.tensor([0, 1]), create_loss("l2_softmax", num_classes=3, embedding_size=4))
+        metric_bounds(
+            torch.full((2, 3), 1 / 3), torch.tensor([0, 1]), create_loss("l2_softmax", num_classes=3, embedding_size=4)
+        )
 
 
 def test_bounds_accept_the_training_module():

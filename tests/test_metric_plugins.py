@@ -22,7 +22,11 @@ import torch
 import torch.multiprocessing as mp
 
 from dmlkit.evaluation import (
-    metric_names, register_retrieval_metric, retrieval_metrics, retrieval_metrics_from_file, sharded_retrieval_metrics,
+    metric_names,
+    register_retrieval_metric,
+    retrieval_metrics,
+    retrieval_metrics_from_file,
+    sharded_retrieval_metrics,
     unregister_retrieval_metric,
 )
 from dmlkit.protocols.table import markdown_table
@@ -31,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KS = (1, 2, 4)
 TOY = ["reciprocal_rank", "precision_among_{k}"]
 
-PLUGIN = '''
+PLUGIN = """
 import numpy as np
 from dmlkit.evaluation import register_retrieval_metric
 
@@ -45,7 +49,7 @@ def reciprocal_rank(match, big_r):
 @register_retrieval_metric("precision_among_{k}", per_k=True, short="P{k}")
 def precision_among(match, big_r, k):
     return match[:, :k].mean(axis=1)
-'''
+"""
 
 
 def _register() -> None:
@@ -130,8 +134,14 @@ def _shard_worker(rank: int, init_file: str, out_dir: str) -> None:
     try:
         x, y, r, ry = _data()
         q, g = slice(rank, None, 2), slice(0, 20) if rank == 0 else slice(20, None)
-        out = sharded_retrieval_metrics(torch.from_numpy(x[q]), torch.from_numpy(y[q]), torch.from_numpy(r[g]),
-                                        torch.from_numpy(ry[g]), ks=KS, query_ids=np.arange(len(x))[q])
+        out = sharded_retrieval_metrics(
+            torch.from_numpy(x[q]),
+            torch.from_numpy(y[q]),
+            torch.from_numpy(r[g]),
+            torch.from_numpy(ry[g]),
+            ks=KS,
+            query_ids=np.arange(len(x))[q],
+        )
         torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -161,11 +171,20 @@ def test_a_plugin_metric_reaches_training_evaluate_and_the_protocol_table(tmp_pa
     run = tmp_path / "run"
 
     def dmlkit(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "dmlkit", *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600)
+        return subprocess.run(
+            [sys.executable, "-m", "dmlkit", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        )
 
-    done = dmlkit("train", "configs/quickstart.yaml", *sets, "--import", str(tmp_path / "toy_metrics.py"),
-                  "--run-dir", str(run), "--quiet")
+    done = dmlkit(
+        "train",
+        "configs/quickstart.yaml",
+        *sets,
+        "--import",
+        str(tmp_path / "toy_metrics.py"),
+        "--run-dir",
+        str(run),
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     test = json.loads((run / "summary.json").read_text())["test"]
     val = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if '"val"' in line]

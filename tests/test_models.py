@@ -267,8 +267,12 @@ def test_local_dim_adds_a_per_pixel_projection_before_pooling():
 
     from dmlkit.models import ModelConfig, build_embedder
 
-    model = build_embedder(ModelConfig(backbone="resnet20", pooling="gsp", local_dim=12, embedding_dim=8,
-                                       pooling_params={"num_prototypes": 4}), in_channels=1)
+    model = build_embedder(
+        ModelConfig(
+            backbone="resnet20", pooling="gsp", local_dim=12, embedding_dim=8, pooling_params={"num_prototypes": 4}
+        ),
+        in_channels=1,
+    )
     out = model.encode(torch.randn(2, 1, 32, 32))
     assert out.local.shape[1] == 12 and model.pooling.prototypes.shape == (4, 12)
     conv = model.local_projection

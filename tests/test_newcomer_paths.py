@@ -21,8 +21,19 @@ def _set(overrides):
 def seed1_run(tmp_path_factory):
     base = tmp_path_factory.mktemp("newcomer")
     run = base / "qs-seed1"
-    assert main(["train", "configs/quickstart.yaml", "--run-dir", str(run), "--quiet", *_set([*QUICK, "seed=1",
-                 f"output_dir={base / 'runs'}"])]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "configs/quickstart.yaml",
+                "--run-dir",
+                str(run),
+                "--quiet",
+                *_set([*QUICK, "seed=1", f"output_dir={base / 'runs'}"]),
+            ]
+        )
+        == 0
+    )
     return run
 
 
@@ -60,8 +71,13 @@ def test_the_printed_summary_is_in_percent_like_every_printed_table(tmp_path, ca
     from dmlkit.cli import print_summary
 
     monkeypatch.setenv("COLUMNS", "120")  # rich wraps the table to the terminal; other tests may leave it narrow
-    summary = {"name": "qs", "steps": 30, "best_step": 30, "train_seconds": 1.0,
-               "test": {"precision_at_1": 0.80984, "mean_average_precision_at_r": 0.3139}}
+    summary = {
+        "name": "qs",
+        "steps": 30,
+        "best_step": 30,
+        "train_seconds": 1.0,
+        "test": {"precision_at_1": 0.80984, "mean_average_precision_at_r": 0.3139},
+    }
     print_summary(summary, tmp_path, wall_seconds=75.4)
     out = capsys.readouterr().out
     assert "80.98" in out and "31.39" in out and "0.3139" not in out
@@ -105,7 +121,9 @@ def test_gallery_reuses_the_test_embeddings_evaluate_kept_until_the_weights_chan
         run_gallery(seed1_run, tmp_path / "g2.png")
     monkeypatch.undo()
     run_gallery(seed1_run, tmp_path / "g3.png")
-    assert torch.equal(torch.load(seed1_run / "embeddings_test.pt", weights_only=True)["embeddings"], kept["embeddings"])
+    assert torch.equal(
+        torch.load(seed1_run / "embeddings_test.pt", weights_only=True)["embeddings"], kept["embeddings"]
+    )
 
 
 def test_a_validation_split_with_one_image_a_class_says_so_instead_of_divergence(tmp_path):
@@ -114,12 +132,27 @@ def test_a_validation_split_with_one_image_a_class_says_so_instead_of_divergence
     from dmlkit.config import load_config
 
     root = make_jpegs(tmp_path / "cub", 64, 60, 50, per_class=8, test_per_class=1)  # test classes: 1 image each
-    cfg = load_config("configs/paper/sft_t1_multi_similarity_base_cub.yaml", [
-        f"data.root={root}", "data.image_size=32", "model.backbone=resnet20", "model.pretrained=false",
-        "train.batch_size=8", "train.m_per_class=2", "train.max_steps=2", "train.val_every=2", "plots=false",
-        "eval.clustering=false", "train.accelerator=cpu"])
-    with pytest.raises(ValueError, match=r"is undefined \(nan\): no validation query has another image of its class.*"
-                                         r"8 images of 8 classes"):
+    cfg = load_config(
+        "configs/paper/sft_t1_multi_similarity_base_cub.yaml",
+        [
+            f"data.root={root}",
+            "data.image_size=32",
+            "model.backbone=resnet20",
+            "model.pretrained=false",
+            "train.batch_size=8",
+            "train.m_per_class=2",
+            "train.max_steps=2",
+            "train.val_every=2",
+            "plots=false",
+            "eval.clustering=false",
+            "train.accelerator=cpu",
+        ],
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"is undefined \(nan\): no validation query has another image of its class.*"
+        r"8 images of 8 classes",
+    ):
         build_trainer(cfg, tmp_path / "run", quiet=True).fit()
 
 
@@ -143,7 +176,9 @@ def test_a_long_run_on_a_pipe_prints_a_heartbeat_line_between_validations():
 
     now = [0.0]
     out = io.StringIO()
-    progress = TrainingProgress(total=100, console=Console(file=out, force_terminal=False, width=120), clock=lambda: now[0])
+    progress = TrainingProgress(
+        total=100, console=Console(file=out, force_terminal=False, width=120), clock=lambda: now[0]
+    )
     with progress:
         for step in range(1, 41):
             now[0] = step * HEARTBEAT_SECONDS / 10  # ten steps per heartbeat period
@@ -151,11 +186,16 @@ def test_a_long_run_on_a_pipe_prints_a_heartbeat_line_between_validations():
             if step == 25:
                 progress.show_validation("precision_at_1", 0.5)
     lines = out.getvalue().splitlines()
-    assert lines == ["step 10/100: loss 0.1000, 0.33 step/s, val -", "step 20/100: loss 0.0500, 0.33 step/s, val -",
-                     "step 25: loss 0.0400, val precision_at_1 50.00%",
-                     "step 35/100: loss 0.0286, 0.33 step/s, val precision_at_1 50.00%"]
+    assert lines == [
+        "step 10/100: loss 0.1000, 0.33 step/s, val -",
+        "step 20/100: loss 0.0500, 0.33 step/s, val -",
+        "step 25: loss 0.0400, val precision_at_1 50.00%",
+        "step 35/100: loss 0.0286, 0.33 step/s, val precision_at_1 50.00%",
+    ]
     quiet_out = io.StringIO()
-    quiet = TrainingProgress(total=100, quiet=True, console=Console(file=quiet_out, force_terminal=False), clock=lambda: now[0])
+    quiet = TrainingProgress(
+        total=100, quiet=True, console=Console(file=quiet_out, force_terminal=False), clock=lambda: now[0]
+    )
     with quiet:
         now[0] += 10 * HEARTBEAT_SECONDS
         quiet.advance(0.5)

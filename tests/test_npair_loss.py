@@ -19,7 +19,9 @@ def unit(n: int, d: int = 6, seed: int = 0) -> torch.Tensor:
     return F.normalize(torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64), dim=1)
 
 
-def npair_brute_force(x: torch.Tensor, y: torch.Tensor, ref: torch.Tensor, ref_y: torch.Tensor, excluded=()) -> torch.Tensor:
+def npair_brute_force(
+    x: torch.Tensor, y: torch.Tensor, ref: torch.Tensor, ref_y: torch.Tensor, excluded=()
+) -> torch.Tensor:
     """Sohn's N-pair loss by loops: per anchor label (ascending), the first anchor with a positive in ``ref``
     and its first positive (pairs ``(i, j)`` in ``excluded`` are not pairs); softmax over the kept positives."""
     pairs = []
@@ -61,8 +63,9 @@ def test_with_ref_emb_positives_and_negatives_come_from_the_reference() -> None:
 def test_registry_npair_takes_ref_emb() -> None:
     x, y = unit(4, seed=4), torch.tensor([0, 1, 0, 1])
     assert isinstance(create_loss("npair"), NPairLoss)
-    torch.testing.assert_close(create_loss("npair")(x, y, None, x.flip(0), y.flip(0)),
-                               npair_brute_force(x, y, x.flip(0), y.flip(0)))
+    torch.testing.assert_close(
+        create_loss("npair")(x, y, None, x.flip(0), y.flip(0)), npair_brute_force(x, y, x.flip(0), y.flip(0))
+    )
 
 
 def test_sft_joint_scoring_with_npair_against_brute_force() -> None:
@@ -76,7 +79,8 @@ def test_sft_joint_scoring_with_npair_against_brute_force() -> None:
     ref, ref_y = torch.cat([x, x]), torch.cat([y, 1 - y])
     self_pairs = {(i, 2 * n + i) for i in range(2 * n)}
     expected = npair_brute_force(x, y, x, y, {(i, i) for i in range(2 * n)}) + npair_brute_force(
-        x, 1 - y, ref, ref_y, self_pairs)
+        x, 1 - y, ref, ref_y, self_pairs
+    )
     torch.testing.assert_close(aug(x, y), expected)
     assert aug.last_stats.anchors_with_positive == 1.0
 

@@ -17,8 +17,16 @@ from dmlkit.search.query import build_index_from_embeddings, search_index_folder
 from dmlkit.viz.gallery import nearest_neighbours
 from tests_helpers import TINY_OVERRIDES
 
-SFT_D = ["methods.sft.name=sft_d", "methods.sft.normalize_input=true", "model.normalize=none", "plots=false",
-         "eval.clustering=false", "train.max_steps=4", "train.val_every=4", "data.max_classes=12"]
+SFT_D = [
+    "methods.sft.name=sft_d",
+    "methods.sft.normalize_input=true",
+    "model.normalize=none",
+    "plots=false",
+    "eval.clustering=false",
+    "train.max_steps=4",
+    "train.val_every=4",
+    "data.max_classes=12",
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +59,9 @@ def test_evaluate_gallery_and_embed_search_use_the_same_embedding(sft_d_run, tmp
 
     build_index_from_embeddings(result.embeddings, tmp_path / "idx")
     query = int(order[0])
-    _, found = search_index_folder(tmp_path / "idx", image=folder / f"c{int(labels[query]):03d}" / f"{query:05d}.png", k=6)
+    _, found = search_index_folder(
+        tmp_path / "idx", image=folder / f"c{int(labels[query]):03d}" / f"{query:05d}.png", k=6
+    )
     _, expected = nearest_neighbours(evaluated, torch.tensor([query]), k=5)
     found_distances = sorted(n.distance for n in found)[1:]  # the query image itself comes first, at distance 0
     np.testing.assert_allclose(found_distances, expected[0].numpy(), atol=1e-3)

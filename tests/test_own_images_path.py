@@ -10,8 +10,16 @@ from PIL import Image
 from dmlkit.cli import main
 from test_image_folder import write_flat
 
-RUN = ["data.image_size=16", "model.embedding_dim=8", "train.batch_size=8", "train.m_per_class=2",
-       "train.max_steps=2", "train.val_every=2", "eval.clustering=false", "plots=false"]
+RUN = [
+    "data.image_size=16",
+    "model.embedding_dim=8",
+    "train.batch_size=8",
+    "train.m_per_class=2",
+    "train.max_steps=2",
+    "train.val_every=2",
+    "eval.clustering=false",
+    "plots=false",
+]
 
 
 def _sets(root, *extra):
@@ -43,20 +51,44 @@ def test_train_lists_every_unreadable_file_in_one_error_and_skip_lists_them_in_t
     assert "c01/0.png (train split): not an image" in err and "c09/2.png (test split): not an image" in err
     assert "data.params.on_corrupt=skip" in err and not run.exists()
 
-    assert main(["train", "configs/own_images.yaml", *_sets(photos, "data.params.on_corrupt=skip"),
-                 "--run-dir", str(run), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "configs/own_images.yaml",
+                *_sets(photos, "data.params.on_corrupt=skip"),
+                "--run-dir",
+                str(run),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "skipped 2 unreadable image(s) of 24" in capsys.readouterr().err
     skipped = json.loads((run / "skipped_images.json").read_text())
     assert {k: sorted(e["path"].split("photos/")[1] for e in v) for k, v in skipped.items()} == {
-        "train": ["c01/0.png"], "test": ["c09/2.png", "c10/0.png"]}
+        "train": ["c01/0.png"],
+        "test": ["c09/2.png", "c10/0.png"],
+    }
     reasons = {e["path"].split("photos/")[1]: e["reason"] for v in skipped.values() for e in v}
     assert reasons["c01/0.png"].startswith("not an image") and reasons["c10/0.png"].startswith("truncated")
 
 
 def test_embed_names_all_unreadable_files_or_skips_and_lists_them_beside_the_embeddings(photos, tmp_path, capsys):
     run = tmp_path / "run"
-    assert main(["train", "configs/own_images.yaml", *_sets(photos, "data.params.on_corrupt=skip"),
-                 "--run-dir", str(run), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "configs/own_images.yaml",
+                *_sets(photos, "data.params.on_corrupt=skip"),
+                "--run-dir",
+                str(run),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     out = tmp_path / "e" / "all.npy"
     assert main(["embed", str(run), "--images", str(photos), "--out", str(out), "--quiet"]) == 2
@@ -80,8 +112,22 @@ def test_embed_names_all_unreadable_files_or_skips_and_lists_them_beside_the_emb
     assert not {e["path"] for e in listed} & set(meta["paths"])
 
     # the run's own test split: its recorded classes, without the skipped files
-    assert main(["embed", str(run), "--split", "test", "--out", str(tmp_path / "e" / "test.npy"), "--quiet",
-                 "--on-corrupt", "skip"]) == 0
+    assert (
+        main(
+            [
+                "embed",
+                str(run),
+                "--split",
+                "test",
+                "--out",
+                str(tmp_path / "e" / "test.npy"),
+                "--quiet",
+                "--on-corrupt",
+                "skip",
+            ]
+        )
+        == 0
+    )
     test = json.loads((tmp_path / "e" / "test.meta.json").read_text())
     recorded = json.loads((run / "classes.json").read_text())["test"]
     assert test["class_names"] == recorded and test["count"] == 6 * 4 - 2

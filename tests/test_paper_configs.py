@@ -58,9 +58,17 @@ def _miniature(name: str, tmp_path: Path) -> Path:
 
 
 SMOKE = [  # one per kind of loss / method, every dataset
-    "thesis_t3.1_c1_cub", "thesis_t3.1_c2_xbm_l_cars", "thesis_t3.1_ms_ccp_l_cub", "thesis_t3.1_proxy_anchor_cub", "thesis_t3.1_proxy_nca_pp_cars",
-    "thesis_t3.1_soft_triple_l_sop", "sft_t1_triplet_sft_cub", "fastap_t3_resnet18_sop", "fastap_t3_resnet50_inshop",
-    "fastap_t3_googlenet_vehicleid_small", "thesis_t5.1_ms_gsp_cub",
+    "thesis_t3.1_c1_cub",
+    "thesis_t3.1_c2_xbm_l_cars",
+    "thesis_t3.1_ms_ccp_l_cub",
+    "thesis_t3.1_proxy_anchor_cub",
+    "thesis_t3.1_proxy_nca_pp_cars",
+    "thesis_t3.1_soft_triple_l_sop",
+    "sft_t1_triplet_sft_cub",
+    "fastap_t3_resnet18_sop",
+    "fastap_t3_resnet50_inshop",
+    "fastap_t3_googlenet_vehicleid_small",
+    "thesis_t5.1_ms_gsp_cub",
 ]
 
 
@@ -70,10 +78,19 @@ def test_configs_train_a_few_steps_on_miniatures(name, tmp_path):
 
     base = load_config(PAPER / f"{name}.yaml")
     overrides = [
-        f"data.root={_miniature(base.data.name, tmp_path)}", "data.image_size=32", "data.num_workers=0",
-        "model.backbone=resnet20", "model.pretrained=false", "model.embedding_dim=16",
-        "train.batch_size=12", "train.max_steps=2", "train.val_every=2", "train.accelerator=cpu", "output_dir=" + str(tmp_path),
-        "eval.batch_size=64", "plots=false",
+        f"data.root={_miniature(base.data.name, tmp_path)}",
+        "data.image_size=32",
+        "data.num_workers=0",
+        "model.backbone=resnet20",
+        "model.pretrained=false",
+        "model.embedding_dim=16",
+        "train.batch_size=12",
+        "train.max_steps=2",
+        "train.val_every=2",
+        "train.accelerator=cpu",
+        "output_dir=" + str(tmp_path),
+        "eval.batch_size=64",
+        "plots=false",
     ]
     if base.loss.name == "xbm":
         overrides += ["loss.params.memory_size=24", "loss.params.start_iteration=1"]
@@ -99,4 +116,9 @@ def test_paper_specific_settings_are_kept():
     c2 = load_config(PAPER / "thesis_t3.1_c2_cars.yaml").loss.params
     assert (c2["pos_margin"], c2["neg_margin"]) == (0.2652, 0.5409)
     sft = load_config(PAPER / "sft_t1_npair_sft_cub.yaml")
-    assert (sft.methods.sft.name, sft.methods.sft.lam, sft.train.batch_size, sft.train.m_per_class) == ("sft", 0.2, 60, 3)
+    assert (sft.methods.sft.name, sft.methods.sft.lam, sft.train.batch_size, sft.train.m_per_class) == (
+        "sft",
+        0.2,
+        60,
+        3,
+    )

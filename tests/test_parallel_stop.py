@@ -40,12 +40,33 @@ def _training_started(run: Path) -> bool:
 def test_sigterm_to_the_protocol_stops_every_worker_and_keeps_checkpoints(tmp_path):
     overrides = [o for o in TINY_OVERRIDES if not o.startswith(("train.max_steps", "train.val_every"))]
     overrides += ["train.max_steps=5000", "train.val_every=1000", "plots=false", "eval.clustering=false"]
-    cmd = [sys.executable, "-m", "dmlkit", "protocol", "holdout", "configs/quickstart.yaml", "--seeds", "0", "1", "2", "3",
-           "--jobs", "2", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dmlkit",
+        "protocol",
+        "holdout",
+        "configs/quickstart.yaml",
+        "--seeds",
+        "0",
+        "1",
+        "2",
+        "3",
+        "--jobs",
+        "2",
+        "--out",
+        str(tmp_path),
+    ]
     for override in overrides:
         cmd += ["--set", override]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     runs = [tmp_path / f"quickstart-seed{s}" for s in range(4)]
     try:
         deadline = time.monotonic() + 240

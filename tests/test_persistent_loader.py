@@ -35,9 +35,17 @@ def test_persistent_workers_draw_the_epoch_set_in_the_main_process():
 def test_a_run_with_persistent_workers_equals_one_without_workers(tmp_path):
     results = []
     for workers in (0, 2):
-        cfg = load_config("configs/quickstart.yaml", [
-            "data.max_classes=40", "train.max_steps=30", "train.val_every=30", "plots=false", "eval.clustering=false",
-            f"data.num_workers={workers}", "train.threads=1",
-        ])  # 40 classes: about 5 batches an epoch, so 30 steps cross several epochs
+        cfg = load_config(
+            "configs/quickstart.yaml",
+            [
+                "data.max_classes=40",
+                "train.max_steps=30",
+                "train.val_every=30",
+                "plots=false",
+                "eval.clustering=false",
+                f"data.num_workers={workers}",
+                "train.threads=1",
+            ],
+        )  # 40 classes: about 5 batches an epoch, so 30 steps cross several epochs
         results.append(build_trainer(cfg, tmp_path / f"w{workers}", quiet=True).fit()["test"])
     assert results[0] == results[1]

@@ -54,8 +54,9 @@ def toy_contrastive(pos_margin: float = 0.0, neg_margin: float = 0.5, **options)
 
 def dmlkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.run([sys.executable, "-m", "dmlkit", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "dmlkit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def _toy_project(tmp_path: Path, max_steps: int, imports: str = "") -> Path:
@@ -67,7 +68,8 @@ def _toy_project(tmp_path: Path, max_steps: int, imports: str = "") -> Path:
         f"base: {ROOT / 'configs/quickstart.yaml'}\nname: toy\n{imports}data: {{name: blobs, image_size: 16, "
         "val_fraction: 0, augment: false}\nloss: {name: toy_contrastive, miner: null}\ntrain: "
         f"{{max_steps: {max_steps}, val_every: 2, batch_size: 8, m_per_class: 2}}\nmodel: {{embedding_dim: 8}}\n"
-        "eval: {clustering: false}\nplots: false\n")
+        "eval: {clustering: false}\nplots: false\n"
+    )
     return project
 
 
@@ -105,11 +107,15 @@ def test_bad_imports_name_the_problem(tmp_path):
 def test_an_installed_package_declares_its_components_as_entry_points(tmp_path):
     site = tmp_path / "site"
     (site / "toy_dml_parts-0.1.dist-info").mkdir(parents=True)
-    (site / "toy_dml_parts-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-dml-parts\nVersion: 0.1\n")
+    (site / "toy_dml_parts-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: toy-dml-parts\nVersion: 0.1\n"
+    )
     (site / "toy_dml_parts-0.1.dist-info" / "entry_points.txt").write_text("[dmlkit.plugins]\ntoy = toy_dml_parts\n")
     (site / "toy_dml_parts.py").write_text(PLUGIN)
-    check = ("from dmlkit.config import load_config; from dmlkit.data import list_datasets; from dmlkit.losses import "
-             "list_losses; load_config('configs/quickstart.yaml'); print('blobs' in list_datasets(), 'toy_contrastive' in list_losses())")
+    check = (
+        "from dmlkit.config import load_config; from dmlkit.data import list_datasets; from dmlkit.losses import "
+        "list_losses; load_config('configs/quickstart.yaml'); print('blobs' in list_datasets(), 'toy_contrastive' in list_losses())"
+    )
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{site}"}
     done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -119,8 +125,14 @@ def test_an_installed_package_declares_its_components_as_entry_points(tmp_path):
 def test_a_plugin_run_stopped_mid_way_resumes_and_exports_from_another_folder(tmp_path):
     project = _toy_project(tmp_path, max_steps=4, imports="imports: [plugins/toy.py]\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "DMLKIT_FAULT": "step:3"}
-    killed = subprocess.run([sys.executable, "-m", "dmlkit", "train", "toy.yaml", "--run-dir", "runs/toy", "--quiet"],
-                            cwd=project, env=env, capture_output=True, text=True, timeout=600)
+    killed = subprocess.run(
+        [sys.executable, "-m", "dmlkit", "train", "toy.yaml", "--run-dir", "runs/toy", "--quiet"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     run = project / "runs" / "toy"
     assert killed.returncode != 0 and (run / "last.pt").is_file() and not (run / "summary.json").exists()
     elsewhere = tmp_path / "elsewhere"
@@ -132,9 +144,11 @@ def test_a_plugin_run_stopped_mid_way_resumes_and_exports_from_another_folder(tm
     assert refused.returncode == 2 and "implement the classmethod eval_preprocess" in refused.stderr
     assert not (elsewhere / "toy.pt").exists()
     with open(project / "plugins" / "toy.py", "a") as fh:  # the user states how an image file becomes an input
-        fh.write("\nfrom dmlkit.data.transforms.eval_preprocess import ImagePreprocess\n"
-                 "Blobs.eval_preprocess = classmethod(lambda cls, image_size=16, **p: "
-                 "ImagePreprocess(1, image_size, (0.0,), (1.0,)))\n")
+        fh.write(
+            "\nfrom dmlkit.data.transforms.eval_preprocess import ImagePreprocess\n"
+            "Blobs.eval_preprocess = classmethod(lambda cls, image_size=16, **p: "
+            "ImagePreprocess(1, image_size, (0.0,), (1.0,)))\n"
+        )
     exported = dmlkit("export", str(run), "--format", "torchscript", "--out", "toy.pt", cwd=elsewhere)
     assert exported.returncode == 0, exported.stderr[-2000:]
     assert (elsewhere / "toy.pt").stat().st_size > 0 and "max |exported - eager| = 0.00e+00" in exported.stdout
@@ -148,11 +162,21 @@ def test_dmlkit_plugins_names_modules_where_no_entry_point_is_installed(tmp_path
     (tmp_path / "envplug.py").write_text("LOADED = True\n")
     code = "import sys; from dmlkit.config import load_config; load_config(None); print('envplug' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    loaded = subprocess.run([sys.executable, "-c", code], env={**env, "DMLKIT_PLUGINS": "envplug"},
-                            capture_output=True, text=True, timeout=120)
+    loaded = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "DMLKIT_PLUGINS": "envplug"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert loaded.stdout.strip() == "True", loaded.stderr
     unset = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert unset.stdout.strip() == "False", unset.stderr
-    bad = subprocess.run([sys.executable, "-c", code], env={**env, "DMLKIT_PLUGINS": "no_such_plugin_module"},
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "DMLKIT_PLUGINS": "no_such_plugin_module"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "DMLKIT_PLUGINS names the module 'no_such_plugin_module'" in bad.stderr

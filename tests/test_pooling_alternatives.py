@@ -33,8 +33,9 @@ def test_attention_pool_brute_force_and_gap_case():
 def test_attention_module_weights_are_softplus_of_scores():
     layer = AttentionPool(4, hidden_dim=5).double()
     x = torch.randn(2, 4, 3, 3, generator=_gen(2), dtype=D64)
-    hidden = torch.relu(torch.einsum("oc,bchw->bohw", layer.score[0].weight[:, :, 0, 0], x)
-                        + layer.score[0].bias[None, :, None, None])
+    hidden = torch.relu(
+        torch.einsum("oc,bchw->bohw", layer.score[0].weight[:, :, 0, 0], x) + layer.score[0].bias[None, :, None, None]
+    )
     scores = torch.einsum("oc,bchw->bohw", layer.score[2].weight[:, :, 0, 0], hidden) + layer.score[2].bias
     weights = torch.log1p(torch.exp(scores))
     assert torch.allclose(layer.attention(x), weights)

@@ -28,7 +28,8 @@ def test_the_head_after_a_random_pooling_is_drawn_as_after_gap():
     heads = []
     for pooling, params in (("gap", {}), ("gsp", {"num_prototypes": 8})):  # both pool to the map's 64 channels
         torch.manual_seed(3)
-        model = build_embedder(ModelConfig(backbone="resnet20", pooling=pooling, pooling_params=params, embedding_dim=16),
-                               in_channels=1)
+        model = build_embedder(
+            ModelConfig(backbone="resnet20", pooling=pooling, pooling_params=params, embedding_dim=16), in_channels=1
+        )
         heads.append(model.head.weight.detach().clone())
     assert torch.equal(heads[0], heads[1])

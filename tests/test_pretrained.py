@@ -69,7 +69,9 @@ def no_training(*args, **kwargs):
 
 
 def dml_config(*overrides: str):
-    return load_config("configs/quickstart.yaml", [*TINY_OVERRIDES, f"data.root={GLYPH_ROOT}", f"model.pretrained={TINY}", *overrides])
+    return load_config(
+        "configs/quickstart.yaml", [*TINY_OVERRIDES, f"data.root={GLYPH_ROOT}", f"model.pretrained={TINY}", *overrides]
+    )
 
 
 # ------------------------------------------------------------------ building and using
@@ -79,7 +81,9 @@ def test_the_entry_holds_the_best_backbone_and_what_made_it(built):
     assert built.name == f"{TINY}-{entry['key'][:16]}.pt"
     assert entry["summary"]["steps"] == 2 and "pretrain-tiny" in entry["config"]
     assert all(not k.startswith("backbone.") for k in entry["state_dict"]) and "conv1.weight" in entry["state_dict"]
-    assert [p.name for p in built.parent.iterdir()] == [built.name], "the run folder is removed once the entry is written"
+    assert [p.name for p in built.parent.iterdir()] == [built.name], (
+        "the run folder is removed once the entry is written"
+    )
 
 
 def test_a_valid_entry_is_reused_not_trained_again(cache, monkeypatch):
@@ -128,7 +132,9 @@ def _other_key(path: Path) -> None:
 def _other_default(path: Path) -> None:
     entry = torch.load(path, weights_only=True)
     assert "  - 0.99\n" in entry["config"]
-    entry["config"] = entry["config"].replace("  - 0.99\n", "  - 0.999\n")  # trained when train.betas defaulted otherwise
+    entry["config"] = entry["config"].replace(
+        "  - 0.99\n", "  - 0.999\n"
+    )  # trained when train.betas defaulted otherwise
     torch.save(entry, path)
 
 
@@ -142,7 +148,9 @@ def _other_threads(path: Path) -> None:
 def _other_cpu(path: Path) -> None:
     entry = torch.load(path, weights_only=True)
     assert entry["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-    entry["cpu_capability"] = "AVX2" if entry["cpu_capability"] == "AVX512" else "AVX512"  # copied from another CPU kind
+    entry["cpu_capability"] = (
+        "AVX2" if entry["cpu_capability"] == "AVX512" else "AVX512"
+    )  # copied from another CPU kind
     torch.save(entry, path)
 
 
@@ -153,14 +161,17 @@ def _other_torch(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "damage", [_truncate, _alter_one_weight, _other_key, _other_default, _other_threads, _other_cpu, _other_torch],
+    "damage",
+    [_truncate, _alter_one_weight, _other_key, _other_default, _other_threads, _other_cpu, _other_torch],
     ids=["truncated", "altered", "other-key", "other-default", "other-threads", "other-cpu", "other-torch"],
 )
 def test_an_unusable_entry_is_refused_with_what_to_run_then_rebuilt(cache, monkeypatch, damage):
     damage(cache)
-    expected = {_other_threads: "under other conditions.*threads: 2 .recipe: 1.",
-                _other_cpu: "under other conditions.*cpu_capability: 'AVX.*' .recipe: 'AVX",
-                _other_torch: "under other conditions.*versions"}.get(damage, "")
+    expected = {
+        _other_threads: "under other conditions.*threads: 2 .recipe: 1.",
+        _other_cpu: "under other conditions.*cpu_capability: 'AVX.*' .recipe: 'AVX",
+        _other_torch: "under other conditions.*versions",
+    }.get(damage, "")
     with pytest.raises(P.PretrainedCacheError, match=expected):
         P.read_pretrained(TINY)
     cfg = dml_config()
@@ -284,8 +295,15 @@ def test_dmlkit_train_builds_a_missing_backbone_on_first_use(tmp_path, monkeypat
     monkeypatch.setenv("DMLKIT_CACHE", str(tmp_path / "cache"))
     assert P.read_pretrained(TINY) is None
     args = ["train", "configs/quickstart.yaml", "--run-dir", str(tmp_path / "run"), "--quiet"]
-    for o in (*TINY_OVERRIDES, f"data.root={GLYPH_ROOT}", f"model.pretrained={TINY}", "train.max_steps=2",
-              "train.val_every=2", "plots=false", "eval.clustering=false"):
+    for o in (
+        *TINY_OVERRIDES,
+        f"data.root={GLYPH_ROOT}",
+        f"model.pretrained={TINY}",
+        "train.max_steps=2",
+        "train.val_every=2",
+        "plots=false",
+        "eval.clustering=false",
+    ):
         args += ["--set", o]
     assert main(args) == 0, capsys.readouterr().err
     assert P.read_pretrained(TINY) is not None and (tmp_path / "run" / "summary.json").is_file()

@@ -76,11 +76,18 @@ def test_format_mean_std_and_markdown_grid():
 
 
 def test_markdown_table_prints_percent_mean_std():
-    stats = summarise([{"precision_at_1": 0.5, "mean_average_precision_at_r": 0.2}, {"precision_at_1": 0.7, "mean_average_precision_at_r": 0.4}])
+    stats = summarise(
+        [
+            {"precision_at_1": 0.5, "mean_average_precision_at_r": 0.2},
+            {"precision_at_1": 0.7, "mean_average_precision_at_r": 0.4},
+        ]
+    )
     table = markdown_table([("run-a", stats)], "thesis")
     lines = table.strip().splitlines()
     assert lines[0] == "| run | P@1 | MAP@R |"
-    assert lines[2] == f"| run-a | 60.00 ± {statistics.stdev([50, 70]):.2f} | 30.00 ± {statistics.stdev([20, 40]):.2f} |"
+    assert (
+        lines[2] == f"| run-a | 60.00 ± {statistics.stdev([50, 70]):.2f} | 30.00 ± {statistics.stdev([20, 40]):.2f} |"
+    )
     with pytest.raises(ValueError, match="column set"):
         markdown_table([], "nope")
 
@@ -94,7 +101,9 @@ def test_holdout_protocol_over_two_seeds_and_reuse(tmp_path):
     assert f"{mean * 100:.2f} ± {std * 100:.2f}" in table
     assert (out / "results.md").read_text() == table
     stamp = (out / "quickstart-seed0" / "summary.json").stat().st_mtime_ns
-    assert run_protocol("holdout", ["configs/quickstart.yaml"], out, seeds=[0, 1], overrides=QUICK, columns="all") == table
+    assert (
+        run_protocol("holdout", ["configs/quickstart.yaml"], out, seeds=[0, 1], overrides=QUICK, columns="all") == table
+    )
     assert (out / "quickstart-seed0" / "summary.json").stat().st_mtime_ns == stamp  # reused, not retrained
 
 
@@ -139,7 +148,10 @@ def test_reuse_only_tabulates_finished_runs_and_parallel_jobs_fill_them(tmp_path
     table = run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0, 1], overrides=QUICK, jobs=2)
     assert "quickstart (n=2)" in table
     assert all((tmp_path / f"quickstart-seed{s}" / "summary.json").is_file() for s in (0, 1))
-    assert run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0, 1], overrides=QUICK, reuse=True) == table
+    assert (
+        run_protocol("holdout", ["configs/quickstart.yaml"], tmp_path, seeds=[0, 1], overrides=QUICK, reuse=True)
+        == table
+    )
 
 
 def test_runs_written_before_a_new_config_key_are_still_reused(tmp_path):

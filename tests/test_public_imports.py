@@ -199,17 +199,36 @@ def test_every_registered_pooling_class_is_exported():
 
 MOVED_TO_THE_LAB = {  # old module -> {name: module that holds it now}
     "dmlkit.evaluation": {
-        **{n: "dmlkit_lab.evaluation.geometry" for n in ("geometry_report", "class_means", "scatter_matrices", "r_w",
-                                                          "r_w_curve", "class_divergences", "rotation_residuals",
-                                                          "covariance_spectra")},
-        **{n: "dmlkit_lab.evaluation.pcc" for n in ("pcc_diagnostics", "pcc_embedding", "prototype_cover_delta",
-                                                     "prototype_histogram", "nearest_prototype")},
+        **{
+            n: "dmlkit_lab.evaluation.geometry"
+            for n in (
+                "geometry_report",
+                "class_means",
+                "scatter_matrices",
+                "r_w",
+                "r_w_curve",
+                "class_divergences",
+                "rotation_residuals",
+                "covariance_spectra",
+            )
+        },
+        **{
+            n: "dmlkit_lab.evaluation.pcc"
+            for n in (
+                "pcc_diagnostics",
+                "pcc_embedding",
+                "prototype_cover_delta",
+                "prototype_histogram",
+                "nearest_prototype",
+            )
+        },
     },
 }
 
 
-@pytest.mark.parametrize("old,name,new", [(old, n, new) for old, names in MOVED_TO_THE_LAB.items()
-                                          for n, new in names.items()])
+@pytest.mark.parametrize(
+    "old,name,new", [(old, n, new) for old, names in MOVED_TO_THE_LAB.items() for n, new in names.items()]
+)
 def test_a_name_moved_to_the_lab_still_imports_with_a_warning_naming_its_place(old, name, new):
     with pytest.warns(FutureWarning, match=rf"{old}\.{name} moved to {new}\.{name}"):
         obj = getattr(importlib.import_module(old), name)

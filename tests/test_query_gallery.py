@@ -15,8 +15,16 @@ from tests_helpers import TINY_OVERRIDES
 def test_test_metrics_are_queries_against_the_gallery(tmp_path):
     root = M.write_inshop(tmp_path / "data", train_items=24, test_items=6)
     overrides = TINY_OVERRIDES + [
-        "data.name=inshop", f"data.root={root}", "data.max_classes=null", "data.val_fraction=0", "eval.split=query",
-        "eval.reference_split=gallery", "eval.clustering=false", "plots=false", "train.max_steps=2", "train.val_every=2",
+        "data.name=inshop",
+        f"data.root={root}",
+        "data.max_classes=null",
+        "data.val_fraction=0",
+        "eval.split=query",
+        "eval.reference_split=gallery",
+        "eval.clustering=false",
+        "plots=false",
+        "train.max_steps=2",
+        "train.val_every=2",
         "train.batch_size=12",
     ]
     run_dir = tmp_path / "run"
@@ -33,7 +41,16 @@ def test_test_metrics_are_queries_against_the_gallery(tmp_path):
 
 def test_an_unknown_reference_split_names_the_valid_ones(tmp_path):
     root = M.write_inshop(tmp_path / "data", train_items=8, test_items=4)
-    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["data.name=inshop", f"data.root={root}", "data.max_classes=null",
-                                                                   "eval.split=query", "eval.reference_split=galery"])
+    cfg = load_config(
+        "configs/quickstart.yaml",
+        TINY_OVERRIDES
+        + [
+            "data.name=inshop",
+            f"data.root={root}",
+            "data.max_classes=null",
+            "eval.split=query",
+            "eval.reference_split=galery",
+        ],
+    )
     with pytest.raises(ValueError, match="gallery"):
         build_trainer(cfg, tmp_path / "run", quiet=True).fit()

@@ -90,8 +90,11 @@ def test_flatten_and_differences_on_hand_made_configs():
     assert flatten(a) == {"seed": 0, "train.lr": 0.1, "train.ks": [1, 2], "loss.params": {}}
     diffs = config_differences([a, b])
     assert diffs == {
-        "extra": ["(absent)", 3], "loss.params": [{}, "(absent)"], "loss.params.m": ["(absent)", 2],
-        "seed": [0, 1], "train.ks": [[1, 2], [1, 4]],
+        "extra": ["(absent)", 3],
+        "loss.params": [{}, "(absent)"],
+        "loss.params.m": ["(absent)", 2],
+        "seed": [0, 1],
+        "train.ks": [[1, 2], [1, 4]],
     }
     assert config_differences([a, a]) == {}
 
@@ -121,7 +124,9 @@ def test_repeats_of_a_seed_are_not_counted_as_seeds(two_seeds, tmp_path):
     header, row = _metrics_rows(out)
     assert row[:2] == ["quickstart", "2 (3 runs: seed 0 ×2)"]
     values = [json.loads((r / "summary.json").read_text())["test"]["mean_average_precision_at_r"] for r in two_seeds]
-    assert row[header.index("MAP@R")] == f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"  # over 2 seeds
+    assert (
+        row[header.index("MAP@R")] == f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values):.2f}"
+    )  # over 2 seeds
     per_run = next(rows for cls, rows in parse(out).tables if rows[0][:2] == ["run", "seed"])
     assert [r[1] for r in per_run[1:]] == ["0", "0 (repeat 2)", "1"]
 
@@ -135,7 +140,9 @@ def test_runs_with_another_world_size_are_another_experiment(two_seeds, tmp_path
     page = parse(build_report([*two_seeds, ddp], tmp_path / "r.html"))
     runs_table = next(rows for cls, rows in page.tables if rows[0][0] == "run" and "processes" in rows[0])
     assert [r[runs_table[0].index("processes")] for r in runs_table[1:]] == ["1", "1", "2"]
-    kernels = f"cpu {env['device']['name']} {torch.backends.cpu.get_cpu_capability()}"  # the CPU's kernels decide the bits
+    kernels = (
+        f"cpu {env['device']['name']} {torch.backends.cpu.get_cpu_capability()}"  # the CPU's kernels decide the bits
+    )
     assert [r[runs_table[0].index("device")] for r in runs_table[1:]] == [kernels] * 3
 
 
@@ -236,4 +243,11 @@ def test_report_renders_in_a_browser(browser_page, two_seeds, tmp_path):
 def test_config_values_are_shown_as_yaml_spells_them():
     from dmlkit.report.html import _fmt
 
-    assert [_fmt(v) for v in (None, True, False, 0.000123456, 3, "gap")] == ["null", "true", "false", "0.0001235", "3", "gap"]
+    assert [_fmt(v) for v in (None, True, False, 0.000123456, 3, "gap")] == [
+        "null",
+        "true",
+        "false",
+        "0.0001235",
+        "3",
+        "gap",
+    ]

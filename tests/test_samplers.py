@@ -166,11 +166,13 @@ def test_proportional_batches_hold_distinct_classes_and_replay():
     s = MPerClassBatchSampler(LABELS, batch_size=12, m=3, seed=4, batches_per_epoch=50, class_draw="proportional")
     for b in s:
         check_batch(b, LABELS, 12, 3)
-    assert s.batches(2) == MPerClassBatchSampler(LABELS, 12, 3, seed=4, batches_per_epoch=50,
-                                                 class_draw="proportional").batches(2)
+    assert s.batches(2) == MPerClassBatchSampler(
+        LABELS, 12, 3, seed=4, batches_per_epoch=50, class_draw="proportional"
+    ).batches(2)
     assert s.batches(0) != MPerClassBatchSampler(LABELS, 12, 3, seed=4, batches_per_epoch=50).batches(0)
     assert MPerClassBatchSampler(LABELS, 12, 3, seed=4, class_draw="balanced").batches(1) == MPerClassBatchSampler(
-        LABELS, 12, 3, seed=4).batches(1)
+        LABELS, 12, 3, seed=4
+    ).batches(1)
 
 
 def test_unknown_class_draw():

@@ -55,8 +55,15 @@ def leave_one_out_recall(index, x, k):
     return float(np.mean(hits))
 
 
-@pytest.mark.parametrize("config", [IndexConfig("ivf", nlist=16, nprobe=1), IndexConfig("ivf", nlist=16, nprobe=4),
-                                    IndexConfig("hnsw", m=4, ef_search=4), IndexConfig("hnsw", m=16, ef_search=64)])
+@pytest.mark.parametrize(
+    "config",
+    [
+        IndexConfig("ivf", nlist=16, nprobe=1),
+        IndexConfig("ivf", nlist=16, nprobe=4),
+        IndexConfig("hnsw", m=4, ef_search=4),
+        IndexConfig("hnsw", m=16, ef_search=64),
+    ],
+)
 def test_approximate_modes_report_their_measured_recall(config):
     x = clustered(600, 16, 12, 3)
     index = SearchIndex.build(x, config, recall_k=10, recall_sample=len(x))
@@ -78,7 +85,9 @@ def test_ivf_visiting_every_cell_is_exact_and_few_cells_lose_recall():
     np.testing.assert_array_equal(ids, brute_force(x, x[:50], 5)[1])
 
 
-@pytest.mark.parametrize("config", [IndexConfig("exact"), IndexConfig("ivf", nlist=8, nprobe=2), IndexConfig("hnsw", m=8)])
+@pytest.mark.parametrize(
+    "config", [IndexConfig("exact"), IndexConfig("ivf", nlist=8, nprobe=2), IndexConfig("hnsw", m=8)]
+)
 def test_save_load_roundtrip(config, tmp_path):
     x = clustered(400, 12, 6, 5)
     index = SearchIndex.build(x, config, meta={"paths": [f"img{i}.png" for i in range(400)]})
@@ -116,8 +125,14 @@ def test_bad_inputs_raise_value_errors():
 def test_build_from_embeddings_file_and_cli(tmp_path, capsys):
     x = clustered(200, 8, 4, 7)
     np.save(tmp_path / "emb.npy", x)
-    meta = {"count": 200, "dim": 8, "paths": [f"/data/{i}.png" for i in range(200)], "labels": [i % 4 for i in range(200)],
-            "class_names": ["a", "b", "c", "d"], "run_dir": "/runs/r"}
+    meta = {
+        "count": 200,
+        "dim": 8,
+        "paths": [f"/data/{i}.png" for i in range(200)],
+        "labels": [i % 4 for i in range(200)],
+        "class_names": ["a", "b", "c", "d"],
+        "run_dir": "/runs/r",
+    }
     (tmp_path / "emb.meta.json").write_text(json.dumps(meta))
     index = build_index_from_embeddings(tmp_path / "emb.npy", tmp_path / "idx")
     assert index.meta["paths"][5] == "/data/5.png" and index.meta["run_dir"] == "/runs/r"
@@ -141,12 +156,15 @@ def test_bench_search_index_part_runs(capsys):
     assert "1.0000" in exact_row
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--ivf", "0"], "nlist (--ivf N) must be a positive integer, got 0"),
-    (["--hnsw", "0"], "m (--hnsw M) must be a positive integer, got 0"),
-    (["--hnsw", "4", "--recall-sample", "0"], "recall_sample (--recall-sample) must be a positive integer, got 0"),
-    (["--ivf", "2", "--recall-k", "-1"], "recall_k (--recall-k) must be a positive integer, got -1"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--ivf", "0"], "nlist (--ivf N) must be a positive integer, got 0"),
+        (["--hnsw", "0"], "m (--hnsw M) must be a positive integer, got 0"),
+        (["--hnsw", "4", "--recall-sample", "0"], "recall_sample (--recall-sample) must be a positive integer, got 0"),
+        (["--ivf", "2", "--recall-k", "-1"], "recall_k (--recall-k) must be a positive integer, got -1"),
+    ],
+)
 def test_index_build_refuses_zero_sizes_instead_of_building_another_index(tmp_path, capsys, args, says):
     np.save(tmp_path / "emb.npy", clustered(40, 4, 2, 5))
     assert main(["index", "build", str(tmp_path / "emb.npy"), "--out", str(tmp_path / "idx"), *args]) == 2

@@ -27,8 +27,13 @@ def served(tmp_path_factory):
     folder, _ = write_glyph_folder(root / "gallery", max_classes=4)
     result = embed_images(run_dir, folder, root / "emb.npy", quiet=True)
     build_index_from_embeddings(result.embeddings, root / "index", IndexConfig("hnsw", m=8))
-    return {"run": run_dir, "index": root / "index", "emb": np.load(result.embeddings), "folder": folder,
-            "paths": sorted(folder.rglob("*.png"))}
+    return {
+        "run": run_dir,
+        "index": root / "index",
+        "emb": np.load(result.embeddings),
+        "folder": folder,
+        "paths": sorted(folder.rglob("*.png")),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +66,7 @@ def test_info_and_gallery(client, served):
     assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/png"
     assert Image.open(io.BytesIO(thumb.content)).size == (96, 96)
     html = client.get("/")
-    assert html.status_code == 200 and "<form id=\"upload-form\">" in html.text
+    assert html.status_code == 200 and '<form id="upload-form">' in html.text
 
 
 def test_upload_search_equals_brute_force(client, served):
@@ -86,7 +91,9 @@ def test_the_page_embeds_uploads_with_an_exported_model_and_its_own_preprocessin
     response = exported.post("/api/search", params={"k": 5}, files={"image": (path.name, png_bytes(path), "image/png")})
     assert response.status_code == 200, response.text
     run = load_run_model(served["run"])
-    assert_matches_brute_force(response.json()["neighbours"], served["emb"], run.embed(run.preprocess.load(path)[None]).numpy()[0], 5)
+    assert_matches_brute_force(
+        response.json()["neighbours"], served["emb"], run.embed(run.preprocess.load(path)[None]).numpy()[0], 5
+    )
 
 
 def test_search_by_gallery_item(client, served):
@@ -117,7 +124,9 @@ def test_uploads_of_wrong_type_size_or_content_are_rejected(client, served):
     assert r.status_code == 415 and "holds a BMP image" in r.json()["detail"]
     for side in (200, 400):  # over the 20 kB limit: caught in the handler, then already by the body-size middleware
         noise = io.BytesIO()
-        Image.fromarray(np.random.default_rng(0).integers(0, 256, (side, side), dtype=np.uint8)).save(noise, format="PNG")
+        Image.fromarray(np.random.default_rng(0).integers(0, 256, (side, side), dtype=np.uint8)).save(
+            noise, format="PNG"
+        )
         assert len(noise.getvalue()) > 20_000
         r = client.post("/api/search", files={"image": ("big.png", noise.getvalue(), "image/png")})
         assert r.status_code == 413 and "MiB" in r.json()["detail"]
@@ -136,7 +145,10 @@ def test_a_bad_upload_limit_is_named_in_mib(value, capsys):
 
     assert main(["serve", "no-such-index", "--max-upload-mb", value]) == 2
     err = capsys.readouterr().err
-    assert f"--max-upload-mb must be a positive number of MiB (e.g. 5), got {float(value):g}" in err and "max_bytes" not in err
+    assert (
+        f"--max-upload-mb must be a positive number of MiB (e.g. 5), got {float(value):g}" in err
+        and "max_bytes" not in err
+    )
 
 
 def free_port():
@@ -151,7 +163,9 @@ def live_server(served):
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(served["index"]), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(served["index"]), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -179,8 +193,9 @@ def test_page_upload_and_gallery_click_in_chromium(browser_page, live_server, se
     assert "13" in [results.nth(i).get_attribute("data-id") for i in range(6)]
     distances = [float(results.nth(i).get_attribute("data-distance")) for i in range(6)]
     assert distances == sorted(distances)
-    page.wait_for_function("[...document.querySelectorAll('#results .result img')]"
-                           ".every(img => img.complete && img.naturalWidth === 96)")  # thumbnails loaded
+    page.wait_for_function(
+        "[...document.querySelectorAll('#results .result img')].every(img => img.complete && img.naturalWidth === 96)"
+    )  # thumbnails loaded
 
     page.locator("#gallery .gallery-item[data-id='20']").click()
     page.wait_for_selector("#results[data-query='20'] .result")

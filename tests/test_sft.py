@@ -135,7 +135,9 @@ def test_edge_cases_values() -> None:
         torch.testing.assert_close(y[i], x[i])
     # anti-parallel: takes mu_from to mu_to's direction, and is orthogonal
     for i in (2, 6):
-        torch.testing.assert_close(spherical_transform(a[i], a[i], b[i]), unit(b[i]) * a[i].norm(), atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(
+            spherical_transform(a[i], a[i], b[i]), unit(b[i]) * a[i].norm(), atol=1e-9, rtol=1e-9
+        )
     torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
 
 

@@ -35,7 +35,9 @@ class TinySet:
     def __init__(self, augment: bool = True) -> None:
         g = torch.Generator().manual_seed(3)
         self.labels = torch.tensor([0, 1, 2, 3, 4] * 4 + [2, 4, 4])
-        self.x = torch.randn(len(self.labels), IN_DIM, generator=g) + 2 * torch.randn(5, IN_DIM, generator=g)[self.labels]
+        self.x = (
+            torch.randn(len(self.labels), IN_DIM, generator=g) + 2 * torch.randn(5, IN_DIM, generator=g)[self.labels]
+        )
         self.augment = augment
 
     def with_augment(self, augment: bool) -> "TinySet":
@@ -165,8 +167,10 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     try:
         generator = FeatureGenerator(NUM_CLASSES, DIM, transform="sft", normalize_input=True)
         CenterInit(generator, TinySet(), batch_size=4).on_train_start(fake_trainer(Wrapped(tiny_model()), rank, world))
-        torch.save({"centers": generator.centers.centers, "initialized": generator.centers.initialized},
-                   os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(
+            {"centers": generator.centers.centers, "initialized": generator.centers.initialized},
+            os.path.join(out_dir, f"rank{rank}.pt"),
+        )
     finally:
         dist.destroy_process_group()
 
@@ -182,8 +186,13 @@ def test_every_process_ends_with_the_same_centres(tmp_path):
 
 
 # --------------------------------------------------------------------------- in a run
-QUICK = TINY_OVERRIDES + ["plots=false", "eval.clustering=false", "train.log_every=1", "methods.sft.name=sft",
-                          "data.max_classes=8"]  # 6 training classes, batches of 4 classes x 4
+QUICK = TINY_OVERRIDES + [
+    "plots=false",
+    "eval.clustering=false",
+    "train.log_every=1",
+    "methods.sft.name=sft",
+    "data.max_classes=8",
+]  # 6 training classes, batches of 4 classes x 4
 
 
 def generator_of(trainer) -> FeatureGenerator:
@@ -214,7 +223,6 @@ class CentresAtStart(Callback):
             self.expected = (sums / counts[:, None]).float()
 
 
-
 def records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
@@ -229,7 +237,12 @@ def test_a_run_starts_from_the_data_centres_and_its_resume_keeps_the_checkpoints
     logged = records(tmp_path / "cut")
     (init,) = [r for r in logged if r["split"] == "sft"]
     assert init["step"] == 0 and init["sft/center_init_classes"] == 6 and init["sft/center_init_images"] > 6
-    assert [r["sft/generated"] for r in logged if r["split"] == "train"] == [16, 16, 16, 16]  # the whole batch, from step 1
+    assert [r["sft/generated"] for r in logged if r["split"] == "train"] == [
+        16,
+        16,
+        16,
+        16,
+    ]  # the whole batch, from step 1
 
     saved = load_checkpoint(tmp_path / "cut" / "last.pt")  # step 4
     key = next(k for k in saved["objective"] if k.endswith("centers.centers"))
@@ -246,7 +259,9 @@ def test_a_run_starts_from_the_data_centres_and_its_resume_keeps_the_checkpoints
 def test_none_trains_exactly_as_before_the_option(tmp_path, monkeypatch):
     run = lambda name, *extra: build_trainer(  # noqa: E731
         load_config("configs/quickstart.yaml", QUICK + ["train.max_steps=4", "train.val_every=4", *extra]),
-        tmp_path / name, quiet=True).fit()
+        tmp_path / name,
+        quiet=True,
+    ).fit()
     run("none", "methods.sft.init_centers=none")
     with monkeypatch.context() as m:  # SFT's hooks without init_centers: the statistics only
         m.setattr(SFT, "callbacks", lambda self: [SFTStats(self.generated)])
@@ -268,6 +283,10 @@ def test_the_testbed_config_is_testbed_sft_with_centres_from_the_data():
     import dataclasses
 
     cfg, base = load_config("configs/testbed/testbed_sft_init.yaml"), load_config("configs/testbed/testbed_sft.yaml")
-    assert cfg.name == "testbed_sft_init" and cfg.methods.sft.init_centers == "data" and base.methods.sft.init_centers == "none"
+    assert (
+        cfg.name == "testbed_sft_init"
+        and cfg.methods.sft.init_centers == "data"
+        and base.methods.sft.init_centers == "none"
+    )
     sft = dataclasses.replace(cfg.methods.sft, init_centers="none")
     assert dataclasses.replace(cfg, name=base.name, methods=cfg.methods.replace(sft=sft)) == base

@@ -153,8 +153,26 @@ def test_baseline_is_the_plain_classifier_and_scores_come_from_it() -> None:
 
 def test_tiny_end_to_end_run_writes_the_table(tmp_path) -> None:
     out = tmp_path / "study"
-    argv = ["--out", str(out), "--seeds", "0", "1", "--steps", "2", "--batch-size", "8", "--num-head", "3",
-            "--num-tail", "2", "--image-size", "16", "--embedding-dim", "16", "--quiet"]
+    argv = [
+        "--out",
+        str(out),
+        "--seeds",
+        "0",
+        "1",
+        "--steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--num-head",
+        "3",
+        "--num-tail",
+        "2",
+        "--image-size",
+        "16",
+        "--embedding-dim",
+        "16",
+        "--quiet",
+    ]
     assert cli_main(["study", "sft-unbalanced", *argv]) == 0  # the CLI registration, then the study's main
     table = (out / "table.md").read_text()
     assert "| | Baseline | Balanced Train | Unbalanced Train |" in table
@@ -162,7 +180,8 @@ def test_tiny_end_to_end_run_writes_the_table(tmp_path) -> None:
     assert len(rows) == 6 and all(line.count("±") == 3 for line in rows[:2])  # measured, paired differences, paper
     results = json.loads((out / "results.json").read_text())["results"]
     assert sorted((r["seed"], r["method"]) for r in results) == sorted(
-        (s, m) for s in (0, 1) for m in ("baseline", "balanced", "unbalanced"))
+        (s, m) for s in (0, 1) for m in ("baseline", "balanced", "unbalanced")
+    )
     assert all(0.0 <= r["head"] <= 1.0 and 0.0 <= r["tail"] <= 1.0 for r in results)
     gen = {r["method"]: r["generated_features"] for r in results if r["seed"] == 0}
     assert gen["baseline"] == 0 and gen["balanced"] > 0
@@ -196,15 +215,35 @@ def test_testbed_preset_fine_tunes_the_pretrained_backbone_at_three_rates(tmp_pa
     assert ids[0] == {id(p) for p in model.backbone.parameters() if p.requires_grad}
     assert ids[1] == {id(p) for p in model.head.parameters()}
     assert ids[2] == {id(p) for p in classifier.parameters()} and ids[2]
-    assert not any(p.requires_grad for m in model.backbone.modules() if isinstance(m, nn.BatchNorm2d)
-                   for p in m.parameters())
+    assert not any(
+        p.requires_grad for m in model.backbone.modules() if isinstance(m, nn.BatchNorm2d) for p in m.parameters()
+    )
 
 
 def test_testbed_cli_runs_on_the_dml_classes(tmp_path) -> None:
     path, _ = _weights_file(tmp_path, in_channels=1)  # glyphs are grey
     out = tmp_path / "study"
-    argv = ["--out", str(out), "--testbed", "--pretrained", str(path), "--seeds", "0", "--steps", "2",
-            "--batch-size", "8", "--num-head", "3", "--num-tail", "2", "--methods", "baseline", "unbalanced", "--quiet"]
+    argv = [
+        "--out",
+        str(out),
+        "--testbed",
+        "--pretrained",
+        str(path),
+        "--seeds",
+        "0",
+        "--steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--num-head",
+        "3",
+        "--num-tail",
+        "2",
+        "--methods",
+        "baseline",
+        "unbalanced",
+        "--quiet",
+    ]
     assert cli_main(["study", "sft-unbalanced", *argv]) == 0
     saved = json.loads((out / "results.json").read_text())
     assert saved["config"]["dataset"] == "glyphs_testbed" and saved["config"]["split"] == "dml"
@@ -220,8 +259,16 @@ def test_class_balanced_sampling_draws_every_class_equally_often() -> None:
     split = make_unbalanced_split(_labels(SIZES), 4, 4, 10, 2, 12, seed=0)
     draws = {}
     for sampling in ("uniform", "class_balanced"):
-        cfg = UnbalancedStudyConfig(num_head=4, num_tail=4, head_train=10, tail_train=2, min_images=12, steps=400,
-                                    batch_size=12, sampling=sampling)
+        cfg = UnbalancedStudyConfig(
+            num_head=4,
+            num_tail=4,
+            head_train=10,
+            tail_train=2,
+            min_images=12,
+            steps=400,
+            batch_size=12,
+            sampling=sampling,
+        )
         batches = training_batches(split, cfg.sampling, cfg.batch_size, cfg.steps, seed=0)
         assert len(batches) == 400 and all(b.numel() == 12 for b in batches)
         per_class = torch.bincount(split.train_labels[torch.cat(batches)], minlength=8).double()

@@ -62,13 +62,23 @@ def _cases(rank: int, world: int) -> dict[str, dict[str, float]]:
     }
     # the same gallery sharded by stride, each shard handed over in reverse id order
     gi = shard_indices(N_GALLERY, rank, world).flip(0)
-    out["cross_unsorted"] = sharded_retrieval_metrics(x[qi], y[qi], r[gi], ry[gi], ks=KS, query_ids=qi,
-                                                      reference_ids=gi, budget_mb=BUDGET_MB)
+    out["cross_unsorted"] = sharded_retrieval_metrics(
+        x[qi], y[qi], r[gi], ry[gi], ks=KS, query_ids=qi, reference_ids=gi, budget_mb=BUDGET_MB
+    )
     # the gallery starts with the queries (ref_includes_query); gallery ids strided, in reverse local order
     full, full_y = torch.cat([x, r]), torch.cat([y, ry])
     gi = shard_indices(len(full), rank, world).flip(0)
-    out["includes_query"] = sharded_retrieval_metrics(x[qi], y[qi], full[gi], full_y[gi], ks=KS, query_ids=qi,
-                                                      reference_ids=gi, ref_includes_query=True, budget_mb=BUDGET_MB)
+    out["includes_query"] = sharded_retrieval_metrics(
+        x[qi],
+        y[qi],
+        full[gi],
+        full_y[gi],
+        ks=KS,
+        query_ids=qi,
+        reference_ids=gi,
+        ref_includes_query=True,
+        budget_mb=BUDGET_MB,
+    )
     # all queries on rank 0, rank 1 holds none (an empty (0, d) shard)
     q0 = slice(0, N_QUERY) if rank == 0 else slice(0, 0)
     out["empty_shard"] = sharded_retrieval_metrics(x[q0], y[q0], r[gs], ry[gs], ks=KS, budget_mb=BUDGET_MB)
@@ -159,11 +169,14 @@ def test_the_data_have_ties_that_decide_the_metrics():
     assert (y[by_small] != y[by_large]).sum() > 10
 
 
-@pytest.mark.parametrize("case, fix", [
-    ("budget", "raise budget_mb to at least"),
-    ("nan", "NaN or infinite values"),
-    ("dimension", "embed every shard with the same model"),
-])
+@pytest.mark.parametrize(
+    "case, fix",
+    [
+        ("budget", "raise budget_mb to at least"),
+        ("nan", "NaN or infinite values"),
+        ("dimension", "embed every shard with the same model"),
+    ],
+)
 def test_bad_input_raises_on_every_rank(two_ranks, case, fix):
     messages = [results["errors"][case] for results in two_ranks]
     for message in messages:
@@ -219,9 +232,17 @@ def test_torchrun_queries_against_a_gallery_report_the_one_process_metrics(tmp_p
 
     root = M.write_inshop(tmp_path / "data", train_items=24, test_items=6)
     overrides = TINY_OVERRIDES + [
-        "data.name=inshop", f"data.root={root}", "data.max_classes=null", "data.val_fraction=0", "eval.split=query",
-        "eval.reference_split=gallery", "eval.clustering=true", "plots=false", "train.max_steps=2",
-        "train.val_every=2", "train.batch_size=12",
+        "data.name=inshop",
+        f"data.root={root}",
+        "data.max_classes=null",
+        "data.val_fraction=0",
+        "eval.split=query",
+        "eval.reference_split=gallery",
+        "eval.clustering=true",
+        "plots=false",
+        "train.max_steps=2",
+        "train.val_every=2",
+        "train.batch_size=12",
     ]
     run_dir = tmp_path / "run"
     sets = [a for o in overrides for a in ("--set", o)]

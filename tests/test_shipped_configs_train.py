@@ -31,13 +31,19 @@ ROOT = Path(__file__).resolve().parents[1]
 def _adds_to_its_bases(path: Path) -> bool:
     """Whether a font-testbed file sets more than ``base`` and ``name`` (or has a single base, the regime's own)."""
     values = yaml.safe_load(path.read_text())
-    return bool(set(values) - {"base", "name"}) or not isinstance(values.get("base"), list) or any(
-        "_regime" not in b and not b.startswith("../testbed/") for b in values["base"])
+    return (
+        bool(set(values) - {"base", "name"})
+        or not isinstance(values.get("base"), list)
+        or any("_regime" not in b and not b.startswith("../testbed/") for b in values["base"])
+    )
 
 
 FONT_CONFIGS = [p for p in sorted((ROOT / "configs" / "font_testbed").glob("*.yaml")) if not p.name.startswith("_")]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml")) + sorted((ROOT / "configs" / "testbed").glob("*.yaml")) + [
-    p for p in FONT_CONFIGS if p.stem == "font_testbed" or _adds_to_its_bases(p)]
+CONFIGS = (
+    sorted((ROOT / "configs").glob("*.yaml"))
+    + sorted((ROOT / "configs" / "testbed").glob("*.yaml"))
+    + [p for p in FONT_CONFIGS if p.stem == "font_testbed" or _adds_to_its_bases(p)]
+)
 SMOKE = [o for o in TINY_OVERRIDES if not o.startswith("model.embedding_dim")] + [
     "train.max_steps=2",
     "train.val_every=2",
@@ -63,7 +69,10 @@ def shrink(path: Path) -> list[str]:
     if cfg.methods.sft.name and cfg.methods.sft.centers != "random" and cfg.methods.sft.init_centers == "none":
         extra.append("methods.sft.init_centers=data")  # centres from step 0, so 2 steps score a generated batch
     if cfg.methods.ccp.enabled and cfg.methods.ccp.proxies_per_class > 3:
-        extra += ["methods.ccp.proxies_per_class=3", f"methods.ccp.pool_size={max(3, min(cfg.methods.ccp.pool_size, 6))}"]
+        extra += [
+            "methods.ccp.proxies_per_class=3",
+            f"methods.ccp.pool_size={max(3, min(cfg.methods.ccp.pool_size, 6))}",
+        ]
     return extra
 
 

@@ -43,7 +43,9 @@ def test_query_sample_is_the_metric_of_those_queries(data):
 
 def test_ivf_with_every_list_probed_is_exact(data):
     path, x, labels = data
-    got = retrieval_metrics_from_file(path, labels, approx="ivf", approx_params={"nlist": 8, "nprobe": 8}, recall_sample=100)
+    got = retrieval_metrics_from_file(
+        path, labels, approx="ivf", approx_params={"nlist": 8, "nprobe": 8}, recall_sample=100
+    )
     assert got.pop("approx_recall_at_1") == 1.0 and got.pop("approx_recall_sample") == 100
     assert got.pop("approx_nprobe") == 8 and got.pop("approx_nlist") == 8
     assert got == pytest.approx(retrieval_metrics(x, labels), abs=1e-9)

@@ -42,7 +42,9 @@ def test_the_cosine_schedule_decays_every_group_to_zero() -> None:
         train_steps(lambda batch, step: (a + b).sum(), [None], optimizer, schedule=schedule)
         rates.append([g["lr"] for g in optimizer.param_groups])
     expected = [0.5 * (1 + math.cos(math.pi * s / 4)) for s in (1, 2, 3, 4)]
-    assert [r[0] for r in rates] == pytest.approx(expected) and [r[1] for r in rates] == pytest.approx([0.1 * e for e in expected])
+    assert [r[0] for r in rates] == pytest.approx(expected) and [r[1] for r in rates] == pytest.approx(
+        [0.1 * e for e in expected]
+    )
     assert optimizer.param_groups[0]["weight_decay"] == 0.01
 
 
@@ -50,6 +52,11 @@ def test_a_non_finite_loss_stops_with_the_step_and_leaves_the_global_random_stat
     w = torch.nn.Parameter(torch.ones(1))
     state = torch.random.get_rng_state()
     with pytest.raises(ValueError, match="gsp: non-finite loss at step 3; lower the learning rate"):
-        train_steps(lambda batch, step: (w * batch).sum(), [1.0, float("nan")], study_adam([w], lr=0.1),
-                    first_step=2, name="gsp")
+        train_steps(
+            lambda batch, step: (w * batch).sum(),
+            [1.0, float("nan")],
+            study_adam([w], lr=0.1),
+            first_step=2,
+            name="gsp",
+        )
     assert torch.equal(torch.random.get_rng_state(), state)

@@ -23,14 +23,17 @@ def test_parse_grid_keeps_order_and_values():
     assert points[-1] == (("methods.ccp.proxies_per_class", "2"), ("methods.ccp.pool_size", "8"))
 
 
-@pytest.mark.parametrize("specs, match", [
-    (["methods.ccp.pool_size"], "KEY=V1,V2"),
-    (["=1,2"], "KEY=V1,V2"),
-    (["train.lr=1e-3,,1e-4"], "empty value"),
-    (["train.lr=1e-3,1e-3"], "repeats"),
-    (["train.lr=1e-3", "train.lr=1e-4"], "twice"),
-    ([], "at least one"),
-])
+@pytest.mark.parametrize(
+    "specs, match",
+    [
+        (["methods.ccp.pool_size"], "KEY=V1,V2"),
+        (["=1,2"], "KEY=V1,V2"),
+        (["train.lr=1e-3,,1e-4"], "empty value"),
+        (["train.lr=1e-3,1e-3"], "repeats"),
+        (["train.lr=1e-3", "train.lr=1e-4"], "twice"),
+        ([], "at least one"),
+    ],
+)
 def test_bad_grids_are_rejected(specs, match):
     with pytest.raises(ValueError, match=match):
         parse_grid(specs)
@@ -47,8 +50,9 @@ def test_point_names_are_distinct_and_file_safe():
 def test_sweep_trains_each_point_skips_invalid_ones_and_reuses(tmp_path):
     grid = parse_grid(["methods.ccp.proxies_per_class=1,2", "methods.ccp.pool_size=1,3"])
     overrides = QUICK + ["methods.ccp.enabled=true", "methods.ccp.patience=1"]
-    table = run_sweep("holdout", ["configs/experiments/ccp/contrastive.yaml"], grid, tmp_path, seeds=[0],
-                      overrides=overrides)
+    table = run_sweep(
+        "holdout", ["configs/experiments/ccp/contrastive.yaml"], grid, tmp_path, seeds=[0], overrides=overrides
+    )
     record = json.loads((tmp_path / "results.json").read_text())
     entries = {tuple(e["point"].values()): e for e in record["results"]}
     assert "pool_size (1) must be >=" in entries[("2", "1")]["invalid"]
@@ -63,8 +67,15 @@ def test_sweep_trains_each_point_skips_invalid_ones_and_reuses(tmp_path):
         assert len(entries[point]["per_seed"]) == 1
     assert "invalid" in table and table.count("(n=1)") == 3
     assert (tmp_path / "sweep.png").stat().st_size > 0
-    again = run_sweep("holdout", ["configs/experiments/ccp/contrastive.yaml"], grid, tmp_path, seeds=[0],
-                      overrides=overrides, reuse=True)
+    again = run_sweep(
+        "holdout",
+        ["configs/experiments/ccp/contrastive.yaml"],
+        grid,
+        tmp_path,
+        seeds=[0],
+        overrides=overrides,
+        reuse=True,
+    )
     assert again == table
 
 
@@ -92,8 +103,13 @@ def test_sweep_cells_mark_missing_points_nan():
 @pytest.mark.parametrize("keys", [["batch"], ["proxies", "pool"]])
 def test_sweep_figure_draws_one_or_two_keys(tmp_path, keys):
     grid = {"batch": ["16", "32", "64"], "proxies": ["1", "2"], "pool": ["2", "4"]}
-    cells = {name: {tuple(v for _, v in p): (0.4 + 0.01 * i, 0.01) for i, p in enumerate(grid_points({k: grid[k] for k in keys}))}
-             for name in ("c2", "c2_ccp")}
+    cells = {
+        name: {
+            tuple(v for _, v in p): (0.4 + 0.01 * i, 0.01)
+            for i, p in enumerate(grid_points({k: grid[k] for k in keys}))
+        }
+        for name in ("c2", "c2_ccp")
+    }
     cells["c2"][tuple(grid[k][0] for k in keys)] = (math.nan, math.nan)
     sweep_figure(cells, keys, grid, "mean_average_precision_at_r", tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 1000

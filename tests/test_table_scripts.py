@@ -70,11 +70,15 @@ GPU_STUB = """#!/bin/bash
 """
 
 
-CCP_LOSS_ROWS = ("font_testbed_triplet font_testbed_triplet_val font_testbed_triplet_ccp_sample font_testbed_contrastive_c2 "
-                 "font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp font_testbed_val font_testbed_ccp")
+CCP_LOSS_ROWS = (
+    "font_testbed_triplet font_testbed_triplet_val font_testbed_triplet_ccp_sample font_testbed_contrastive_c2 "
+    "font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp font_testbed_val font_testbed_ccp"
+)
 
 
-@pytest.mark.parametrize("rows", [None, "font_testbed font_testbed_gsp font_testbed_val font_testbed_ccp", CCP_LOSS_ROWS])
+@pytest.mark.parametrize(
+    "rows", [None, "font_testbed font_testbed_gsp font_testbed_val font_testbed_ccp", CCP_LOSS_ROWS]
+)
 def test_the_gpu_font_script_names_existing_configs_and_pairs_every_run(tmp_path, rows):
     stub = tmp_path / "batch.sh"
     stub.write_text(GPU_STUB)
@@ -83,8 +87,9 @@ def test_the_gpu_font_script_names_existing_configs_and_pairs_every_run(tmp_path
     env.pop("BASELINE", None)
     if rows:
         env["ROWS"] = rows
-    done = subprocess.run(["bash", "scripts/gpu_font_testbed_tables.sh"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", "scripts/gpu_font_testbed_tables.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     configs_line, baseline_line, _ = calls.read_text().splitlines()
     configs = shlex.split(configs_line)

@@ -55,9 +55,16 @@ def test_the_scalars_are_those_of_metrics_jsonl(finished_run):
     run_dir, summary = finished_run
     written, logged = event_scalars(run_dir), logged_scalars(run_dir)
     assert written == logged
-    assert {"train/loss", "train/lr", "train/loss/real", "train/loss/generated", "train/sft/generated",
-            "val/mean_average_precision_at_r",
-            "test/precision_at_1", "test/NMI"} <= set(written), sorted(written)
+    assert {
+        "train/loss",
+        "train/lr",
+        "train/loss/real",
+        "train/loss/generated",
+        "train/sft/generated",
+        "val/mean_average_precision_at_r",
+        "test/precision_at_1",
+        "test/NMI",
+    } <= set(written), sorted(written)
     assert [s for s, _ in written["train/loss"]] == [2, 4, 6, 8]
     assert [s for s, _ in written["val/precision_at_1"]] == [4, 8]
     assert written["test/precision_at_1"] == [(8, float(np.float32(summary["test"]["precision_at_1"])))]
@@ -88,12 +95,16 @@ def test_a_resumed_run_keeps_one_value_per_step(finished_run, tmp_path, stop):
         steps = [s for s, _ in points]
         assert steps == sorted(set(steps)), tag
     full = event_scalars(finished_run[0])  # the uninterrupted run: the same curves at the same steps
-    assert {tag: [s for s, _ in points] for tag, points in written.items()} == {tag: [s for s, _ in points] for tag, points in full.items()}
+    assert {tag: [s for s, _ in points] for tag, points in written.items()} == {
+        tag: [s for s, _ in points] for tag, points in full.items()
+    }
 
 
 def test_the_scalars_are_off_by_default(tmp_path):
-    cfg = load_config("configs/quickstart.yaml", [*TINY_OVERRIDES, "plots=false", "train.max_steps=2",
-                                                  "train.val_every=2", "eval.test=false"])
+    cfg = load_config(
+        "configs/quickstart.yaml",
+        [*TINY_OVERRIDES, "plots=false", "train.max_steps=2", "train.val_every=2", "eval.test=false"],
+    )
     assert cfg.train.tensorboard is False
     build_trainer(cfg, tmp_path / "plain", quiet=True).fit()
     assert not (tmp_path / "plain" / "tensorboard").exists()
@@ -145,11 +156,15 @@ def test_without_the_package_both_name_the_extra(finished_run, tmp_path, monkeyp
     from dmlkit.extras import MissingExtra
 
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if not installed
-    with pytest.raises(MissingExtra, match=r"the 'tensorboard' extra: pip install 'dmlkit\[tensorboard\]' .*train.tensorboard=false"):
+    with pytest.raises(
+        MissingExtra, match=r"the 'tensorboard' extra: pip install 'dmlkit\[tensorboard\]' .*train.tensorboard=false"
+    ):
         build_trainer(tiny_config(), tmp_path / "never", quiet=True)
     assert not (tmp_path / "never").exists()
     assert main(["tensorboard", str(finished_run[0]), "--split", "val"]) == 2
-    assert "dmlkit tensorboard needs the 'tensorboard' extra: pip install 'dmlkit[tensorboard]'" in capsys.readouterr().err
+    assert (
+        "dmlkit tensorboard needs the 'tensorboard' extra: pip install 'dmlkit[tensorboard]'" in capsys.readouterr().err
+    )
     assert not (finished_run[0] / "tensorboard" / "projector_val").exists()
 
 
@@ -159,7 +174,7 @@ def test_the_sprite_fits_the_projector():
     assert thumbnail_side(100, 28, 28) == 28  # small images keep their size
     assert thumbnail_side(2000, 224, 224) == 64
     for count in (2000, 40_000, 1_000_000):
-        assert thumbnail_side(count, 224, 300) * -(-count**0.5 // 1) <= MAX_SPRITE_PIXELS
+        assert thumbnail_side(count, 224, 300) * -(-(count**0.5) // 1) <= MAX_SPRITE_PIXELS
     wide = torch.randn(2, 3, 40, 80) * 5 + 3  # normalised images: any range
     small = thumbnails(wide, 16)
     assert small.shape == (2, 3, 16, 16) and small.min() >= 0 and small.max() <= 1

@@ -44,8 +44,14 @@ print(json.dumps({"checksum": entry["checksum"], "threads": entry["threads"], "c
 def pretrain_in_shell(shell_threads: int, recipe_threads: int | None, cache: Path, **extra_env: str) -> dict:
     inherited = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}  # the machine's own kernels
     env = {**inherited, "OMP_NUM_THREADS": str(shell_threads), "DMLKIT_CACHE": str(cache), **extra_env}
-    done = subprocess.run([sys.executable, "-c", PRETRAIN_SCRIPT, GLYPH_ROOT, json.dumps(recipe_threads)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", PRETRAIN_SCRIPT, GLYPH_ROOT, json.dumps(recipe_threads)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -65,11 +71,15 @@ def test_control_an_unpinned_recipe_follows_the_shell(tmp_path):
         # Measured 2026-11-28 on an AMD Zen 3 (AVX2) machine: 1 and 2 threads give the same weights, this recipe's and
         # the brief recipe's at 20 steps; the machines where the thread count mattered (docs/results/testbed.md) ran
         # other kernels. The pinned test is then true on this CPU whatever the pinning does, and says so here.
-        pytest.skip(f"on this CPU ({one['cpu']} kernels) 1 and 2 intra-op threads give the same weights: the pinned "
-                    "test above shows nothing here (where they differ, this control passes)")
+        pytest.skip(
+            f"on this CPU ({one['cpu']} kernels) 1 and 2 intra-op threads give the same weights: the pinned "
+            "test above shows nothing here (where they differ, this control passes)"
+        )
 
 
-@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() == "DEFAULT", reason="this CPU runs the default kernels already")
+@pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() == "DEFAULT", reason="this CPU runs the default kernels already"
+)
 def test_other_cpu_kernels_give_another_backbone_under_another_file_name(tmp_path):
     native = pretrain_in_shell(1, 1, tmp_path / "a")
     default = pretrain_in_shell(1, 1, tmp_path / "b", ATEN_CPU_CAPABILITY="default")

@@ -33,17 +33,17 @@ PAPER = Path(__file__).resolve().parents[1] / "configs" / "paper"
 
 # One paper config per dataset x backbone family of configs/paper (googlenet rows use timm:inception_v3).
 CONFIGS = [
-    "sft_t1_multi_similarity_base_cub",       # cub, inception_v3, 227
-    "sft_t1_multi_similarity_base_cars",      # cars, inception_v3, 227
-    "thesis_t3.1_soft_triple_l_sop",          # sop, inception_v3, 227
-    "fastap_t3_resnet18_sop",                 # sop, resnet18, 224
-    "fastap_t3_resnet50_sop",                 # sop, resnet50, 224
-    "fastap_t3_googlenet_inshop",             # inshop, inception_v3, 224
-    "fastap_t3_resnet18_inshop",              # inshop, resnet18, 224
-    "fastap_t3_resnet50_inshop",              # inshop, resnet50, 224
-    "fastap_t3_googlenet_vehicleid_small",    # vehicleid, inception_v3, 224
-    "fastap_t3_resnet18_vehicleid_small",     # vehicleid, resnet18, 224
-    "fastap_t3_resnet50_vehicleid_small",     # vehicleid, resnet50, 224
+    "sft_t1_multi_similarity_base_cub",  # cub, inception_v3, 227
+    "sft_t1_multi_similarity_base_cars",  # cars, inception_v3, 227
+    "thesis_t3.1_soft_triple_l_sop",  # sop, inception_v3, 227
+    "fastap_t3_resnet18_sop",  # sop, resnet18, 224
+    "fastap_t3_resnet50_sop",  # sop, resnet50, 224
+    "fastap_t3_googlenet_inshop",  # inshop, inception_v3, 224
+    "fastap_t3_resnet18_inshop",  # inshop, resnet18, 224
+    "fastap_t3_resnet50_inshop",  # inshop, resnet50, 224
+    "fastap_t3_googlenet_vehicleid_small",  # vehicleid, inception_v3, 224
+    "fastap_t3_resnet18_vehicleid_small",  # vehicleid, resnet18, 224
+    "fastap_t3_resnet50_vehicleid_small",  # vehicleid, resnet50, 224
 ]
 
 
@@ -63,9 +63,19 @@ def _miniature(name: str, root: Path) -> Path:
 
 
 def _overrides(base, root: Path, tmp_path: Path) -> list[str]:
-    sets = [f"data.root={root}", "data.num_workers=0", "model.pretrained=false", "train.batch_size=12",
-            "train.max_steps=2", "train.val_every=2", "train.accelerator=cpu", f"output_dir={tmp_path}",
-            "eval.batch_size=16", "eval.clustering=false", "plots=false"]
+    sets = [
+        f"data.root={root}",
+        "data.num_workers=0",
+        "model.pretrained=false",
+        "train.batch_size=12",
+        "train.max_steps=2",
+        "train.val_every=2",
+        "train.accelerator=cpu",
+        f"output_dir={tmp_path}",
+        "eval.batch_size=16",
+        "eval.clustering=false",
+        "plots=false",
+    ]
     if base.loss.name == "xbm":
         sets += ["loss.params.memory_size=16", "loss.params.start_iteration=1"]
     if base.train.sampler == "fastap_hard":
@@ -89,7 +99,9 @@ def test_paper_config_trains_evaluates_and_exports_with_the_real_timm_model(name
     summary = trainer.fit()
     assert summary["steps"] == 2
     test = summary["test"]  # an untrained model on a few test images: any value, but every metric present
-    assert all(math.isfinite(test[k]) and 0.0 <= test[k] <= 1.0 for k in ("precision_at_1", "mean_average_precision_at_r"))
+    assert all(
+        math.isfinite(test[k]) and 0.0 <= test[k] <= 1.0 for k in ("precision_at_1", "mean_average_precision_at_r")
+    )
     report = export_run(tmp_path / "run", "onnx", tmp_path / "model.onnx")
     assert report.path.exists() and report.max_abs_diff <= 1e-4
 
@@ -107,8 +119,10 @@ def test_a_run_starts_from_a_weights_file_saved_from_timm(tmp_path):
     saved = _saved_weights("resnet18", tmp_path / "resnet18.pth")
     root = _miniature("sop", tmp_path / "data")
     base = load_config(PAPER / "fastap_t3_resnet18_sop.yaml")
-    cfg = load_config(PAPER / "fastap_t3_resnet18_sop.yaml",
-                      [*_overrides(base, root, tmp_path), f"model.pretrained={tmp_path / 'resnet18.pth'}"])
+    cfg = load_config(
+        PAPER / "fastap_t3_resnet18_sop.yaml",
+        [*_overrides(base, root, tmp_path), f"model.pretrained={tmp_path / 'resnet18.pth'}"],
+    )
     backbone = build_run(cfg).model.backbone.model.state_dict()
     dropped = set(saved) - set(backbone)
     assert dropped == {"fc.weight", "fc.bias"}  # the classifier only

@@ -23,11 +23,16 @@ def labels_of(n: int, classes: int, seed: int) -> torch.Tensor:
 
 
 def brute_force_triplets(labels, ref_labels, batch_is_reference):
-    return [(a, p, n) for a, p, n in itertools.product(range(len(labels)), range(len(ref_labels)), range(len(ref_labels)))
-            if labels[a] == ref_labels[p] and labels[a] != ref_labels[n] and not (batch_is_reference and a == p)]
+    return [
+        (a, p, n)
+        for a, p, n in itertools.product(range(len(labels)), range(len(ref_labels)), range(len(ref_labels)))
+        if labels[a] == ref_labels[p] and labels[a] != ref_labels[n] and not (batch_is_reference and a == p)
+    ]
 
 
-@pytest.mark.parametrize("n, refs, classes, seed", [(12, None, 3, 0), (9, 17, 4, 1), (20, 40, 7, 2), (5, 6, 1, 3), (6, None, 6, 4)])
+@pytest.mark.parametrize(
+    "n, refs, classes, seed", [(12, None, 3, 0), (9, 17, 4, 1), (20, 40, 7, 2), (5, 6, 1, 3), (6, None, 6, 4)]
+)
 def test_the_triplets_are_pmls_in_pmls_order_and_the_definitions(n, refs, classes, seed):
     labels = labels_of(n, classes, seed)
     ref_labels = labels if refs is None else labels_of(refs, classes, seed + 100)
@@ -43,15 +48,19 @@ def test_equal_reference_labels_that_are_another_tensor_keep_the_anchor_as_its_o
     copy = labels.clone()  # a reference set whose labels equal the batch's: PML pairs i with i then
     ours, theirs = all_triplet_indices(labels, copy), lmu.get_all_triplets_indices(labels, copy)
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
-    assert bool((ours[0] == ours[1]).any()) and not bool((all_triplet_indices(labels)[0] == all_triplet_indices(labels)[1]).any())
+    assert bool((ours[0] == ours[1]).any()) and not bool(
+        (all_triplet_indices(labels)[0] == all_triplet_indices(labels)[1]).any()
+    )
 
 
 def _pml_and_ours(**kwargs):
     return pml_losses.TripletMarginLoss(**kwargs), TripletMarginLoss(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [{"margin": 0.0961}, {"margin": 0.2, "smooth_loss": True},
-                                    {"margin": 0.1, "distance": CosineSimilarity()}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"margin": 0.0961}, {"margin": 0.2, "smooth_loss": True}, {"margin": 0.1, "distance": CosineSimilarity()}],
+)
 @pytest.mark.parametrize("with_ref", [False, True])
 def test_losses_and_gradients_equal_pmls_bit_for_bit(kwargs, with_ref):
     g = torch.Generator().manual_seed(7)
@@ -90,7 +99,11 @@ def test_no_triplet_gives_a_zero_loss_connected_to_the_embeddings():
     emb = torch.randn(6, 4, requires_grad=True)
     value = TripletMarginLoss()(emb, torch.zeros(6, dtype=torch.long))  # one class: no negative
     value.backward()
-    assert value.item() == 0 and emb.grad is not None and all(len(t) == 0 for t in all_triplet_indices(torch.zeros(6, dtype=torch.long)))
+    assert (
+        value.item() == 0
+        and emb.grad is not None
+        and all(len(t) == 0 for t in all_triplet_indices(torch.zeros(6, dtype=torch.long)))
+    )
 
 
 def test_the_registered_triplet_loss_is_this_class():

@@ -24,25 +24,42 @@ def _params(result):
 
 
 # ---------------------------------------------------------------------------------------------- spaces
-@pytest.mark.parametrize("spec, match", [
-    ({"type": "floaty", "low": 0, "high": 1}, "type must be one of"),
-    ({"type": "float", "low": 2, "high": 1}, "above high"),
-    ({"type": "float", "low": 0, "high": 1, "log": True}, "log range needs low > 0"),
-    ({"type": "int", "low": 0.5, "high": 3}, "integer low and high"),
-    ({"type": "categorical", "choices": []}, "non-empty list"),
-    ({"type": "float", "low": 0, "high": 1, "lo": 3}, "unknown field"),
-    ({"type": "float", "low": 0, "high": math.inf}, "finite numbers"),
-])
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ({"type": "floaty", "low": 0, "high": 1}, "type must be one of"),
+        ({"type": "float", "low": 2, "high": 1}, "above high"),
+        ({"type": "float", "low": 0, "high": 1, "log": True}, "log range needs low > 0"),
+        ({"type": "int", "low": 0.5, "high": 3}, "integer low and high"),
+        ({"type": "categorical", "choices": []}, "non-empty list"),
+        ({"type": "float", "low": 0, "high": 1, "lo": 3}, "unknown field"),
+        ({"type": "float", "low": 0, "high": math.inf}, "finite numbers"),
+    ],
+)
 def test_bad_ranges_are_refused(spec, match):
     with pytest.raises(ValueError, match=match):
         SearchSpace.from_mapping({"train.lr": spec})
 
 
 def test_reality_check_ranges_are_shipped():
-    assert {"contrastive", "triplet", "multi_similarity", "normalized_softmax", "fastap", "proxy_anchor", "ccp",
-            "sft", "zero_shot", "gsp"} <= set(list_spaces())
+    assert {
+        "contrastive",
+        "triplet",
+        "multi_similarity",
+        "normalized_softmax",
+        "fastap",
+        "proxy_anchor",
+        "ccp",
+        "sft",
+        "zero_shot",
+        "gsp",
+    } <= set(list_spaces())
     ms = {p.key: p for p in space_for("multi_similarity").parameters}
-    assert (ms["loss.params.alpha"].low, ms["loss.params.alpha"].high, ms["loss.params.alpha"].log) == (0.01, 100.0, True)
+    assert (ms["loss.params.alpha"].low, ms["loss.params.alpha"].high, ms["loss.params.alpha"].log) == (
+        0.01,
+        100.0,
+        True,
+    )
     assert (ms["loss.params.base"].low, ms["loss.params.base"].high) == (0.0, 1.0)
     bins = space_for("fastap").parameters[0]
     assert (bins.key, bins.kind, bins.low, bins.high) == ("loss.params.num_bins", "int", 2, 250)
@@ -81,12 +98,20 @@ def test_a_method_key_needs_the_method_on():
 
 
 def test_a_rule_between_two_tuned_keys_is_left_to_the_trials():
-    space = SearchSpace.from_mapping({"methods.ccp.proxies_per_class": {"type": "int", "low": 1, "high": 6},
-                                     "methods.ccp.pool_size": {"type": "int", "low": 1, "high": 6}})
-    check_space(CONFIG, ["methods.ccp.enabled=true", "methods.ccp.proxies_per_class=1", "methods.ccp.pool_size=2"], space)
+    space = SearchSpace.from_mapping(
+        {
+            "methods.ccp.proxies_per_class": {"type": "int", "low": 1, "high": 6},
+            "methods.ccp.pool_size": {"type": "int", "low": 1, "high": 6},
+        }
+    )
+    check_space(
+        CONFIG, ["methods.ccp.enabled=true", "methods.ccp.proxies_per_class=1", "methods.ccp.pool_size=2"], space
+    )
     alone = SearchSpace.from_mapping({"methods.ccp.pool_size": {"type": "int", "low": 1, "high": 6}})
     with pytest.raises(ValueError, match="pool_size"):  # with the proxies fixed at 2, a pool of 1 is always refused
-        check_space(CONFIG, ["methods.ccp.enabled=true", "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=2"], alone)
+        check_space(
+            CONFIG, ["methods.ccp.enabled=true", "methods.ccp.proxies_per_class=2", "methods.ccp.pool_size=2"], alone
+        )
 
 
 def test_config_value_reads_defaults_of_components():
@@ -96,15 +121,18 @@ def test_config_value_reads_defaults_of_components():
     assert config_value(cfg, "train.lr") == cfg.train.lr
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["--trials", "0"], "--trials must be a positive integer"),
-    (["--trials", "-2"], "--trials must be a positive integer"),
-    (["--jobs", "0"], "--jobs must be a positive integer"),
-    (["--space", "no_such_space"], "unknown search space 'no_such_space'"),
-    (["--storage", "redis://localhost"], "must be a database URL"),
-    (["--storage", "postgresql://nobody@127.0.0.1:1/none", "--trials", "1"], "cannot open the study storage"),
-    (["--set", "data.val_fraction=0"], "validates on its test classes"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--trials", "0"], "--trials must be a positive integer"),
+        (["--trials", "-2"], "--trials must be a positive integer"),
+        (["--jobs", "0"], "--jobs must be a positive integer"),
+        (["--space", "no_such_space"], "unknown search space 'no_such_space'"),
+        (["--storage", "redis://localhost"], "must be a database URL"),
+        (["--storage", "postgresql://nobody@127.0.0.1:1/none", "--trials", "1"], "cannot open the study storage"),
+        (["--set", "data.val_fraction=0"], "validates on its test classes"),
+    ],
+)
 def test_bad_command_lines_are_refused_before_training(argv, match, tmp_path, capsys):
     assert main(["tune", CONFIG, "--out", str(tmp_path / "study"), *argv]) == 2
     assert match in capsys.readouterr().err
@@ -116,12 +144,18 @@ def test_seeded_study_reproduces_its_trials_and_starts_from_the_config(tmp_path)
     settings = SearchSettings(seed=7, startup_trials=2)
     first = tune(CONFIG, trials=3, out=tmp_path / "a", overrides=QUICK, settings=settings)
     again = tune(CONFIG, trials=3, out=tmp_path / "b", overrides=QUICK, settings=settings)
-    other = tune(CONFIG, trials=3, out=tmp_path / "c", overrides=QUICK, settings=SearchSettings(seed=8, startup_trials=2))
+    other = tune(
+        CONFIG, trials=3, out=tmp_path / "c", overrides=QUICK, settings=SearchSettings(seed=8, startup_trials=2)
+    )
     assert _params(first) == _params(again)
     assert [t.value for t in first.study.trials] == [t.value for t in again.study.trials]
     assert _params(first)[1:] != _params(other)[1:]
-    assert _params(first)[0] == {"loss.params.alpha": 2.0, "loss.params.beta": 40.0, "loss.params.base": 0.5,
-                                 "loss.miner_params.epsilon": 0.1}
+    assert _params(first)[0] == {
+        "loss.params.alpha": 2.0,
+        "loss.params.beta": 40.0,
+        "loss.params.base": 0.5,
+        "loss.miner_params.epsilon": 0.1,
+    }
     assert _params(first)[0] == _params(other)[0]
     # every trial is an ordinary run folder that never saw the test classes, and best.yaml trains the best values
     best = first.best
@@ -143,7 +177,16 @@ def test_seeded_study_reproduces_its_trials_and_starts_from_the_config(tmp_path)
 
 def test_running_again_continues_the_study(tmp_path, capsys):
     out = tmp_path / "study"
-    args = ["tune", CONFIG, "--out", str(out), "--sampler", "random", "--quiet", *sum((["--set", o] for o in QUICK), [])]
+    args = [
+        "tune",
+        CONFIG,
+        "--out",
+        str(out),
+        "--sampler",
+        "random",
+        "--quiet",
+        *sum((["--set", o] for o in QUICK), []),
+    ]
     assert main([*args, "--trials", "2"]) == 0
     stamps = {p: p.stat().st_mtime_ns for p in out.glob("trials/*/summary.json")}
     assert len(stamps) == 2
@@ -176,32 +219,60 @@ def test_a_folder_of_another_search_is_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match="holds a study of another search.*config"):
         tune(CONFIG, trials=1, out=out, overrides=[*QUICK, "train.lr=0.5"], settings=RANDOM)
     with pytest.raises(ValueError, match="holds a study of another search.*space"):
-        tune(CONFIG, space=space_for("multi_similarity").parameters[:1] and
-             SearchSpace(space_for("multi_similarity").parameters[:1]), trials=1, out=out, overrides=QUICK)
+        tune(
+            CONFIG,
+            space=space_for("multi_similarity").parameters[:1]
+            and SearchSpace(space_for("multi_similarity").parameters[:1]),
+            trials=1,
+            out=out,
+            overrides=QUICK,
+        )
     assert sorted(p.name for p in out.rglob("*")) == before
 
 
 def test_fair_objective_is_the_mean_of_its_folds(tmp_path):
     space = SearchSpace.from_mapping({"loss.params.base": {"type": "float", "low": 0.3, "high": 0.7}})
-    result = tune(CONFIG, space=space, trials=2, out=tmp_path, overrides=QUICK, protocol="fair", folds=3, settings=RANDOM)
+    result = tune(
+        CONFIG, space=space, trials=2, out=tmp_path, overrides=QUICK, protocol="fair", folds=3, settings=RANDOM
+    )
     for trial in result.study.trials:
-        folds = [json.loads((tmp_path / "trials" / f"{trial.number:04d}" / f"fold{k}" / "summary.json").read_text())
-                 for k in range(3)]
+        folds = [
+            json.loads((tmp_path / "trials" / f"{trial.number:04d}" / f"fold{k}" / "summary.json").read_text())
+            for k in range(3)
+        ]
         values = [f["best_val"]["value"] for f in folds]
         assert trial.value == pytest.approx(statistics.fmean(values), abs=1e-12)
         assert trial.user_attrs["sem"] == pytest.approx(statistics.stdev(values) / math.sqrt(3), abs=1e-12)
         assert len(set(values)) > 1  # three different validation folds
-        configs = [yaml.safe_load((tmp_path / "trials" / f"{trial.number:04d}" / f"fold{k}" / "config.yaml").read_text())
-                   for k in range(3)]
+        configs = [
+            yaml.safe_load((tmp_path / "trials" / f"{trial.number:04d}" / f"fold{k}" / "config.yaml").read_text())
+            for k in range(3)
+        ]
         assert [c["data"]["fold"] for c in configs] == [0, 1, 2] and {c["data"]["folds"] for c in configs} == {3}
 
 
 def test_failed_trials_are_recorded_and_never_best(tmp_path):
-    space = SearchSpace.from_mapping({"methods.ccp.proxies_per_class": {"type": "int", "low": 1, "high": 3},
-                                     "methods.ccp.pool_size": {"type": "int", "low": 1, "high": 3}})
-    overrides = [*QUICK, "methods.ccp.enabled=true", "methods.ccp.proxies_per_class=1", "methods.ccp.pool_size=1",
-                 "methods.ccp.patience=1"]
-    result = tune(CONFIG, space=space, trials=4, out=tmp_path, overrides=overrides, settings=SearchSettings(sampler="random", seed=2))
+    space = SearchSpace.from_mapping(
+        {
+            "methods.ccp.proxies_per_class": {"type": "int", "low": 1, "high": 3},
+            "methods.ccp.pool_size": {"type": "int", "low": 1, "high": 3},
+        }
+    )
+    overrides = [
+        *QUICK,
+        "methods.ccp.enabled=true",
+        "methods.ccp.proxies_per_class=1",
+        "methods.ccp.pool_size=1",
+        "methods.ccp.patience=1",
+    ]
+    result = tune(
+        CONFIG,
+        space=space,
+        trials=4,
+        out=tmp_path,
+        overrides=overrides,
+        settings=SearchSettings(sampler="random", seed=2),
+    )
     failed = [t for t in result.study.trials if t.state.name == "FAIL"]
     assert len(failed) == 2, "seed 2 draws a pool smaller than the proxies in trials 1 and 3"
     for trial in failed:
@@ -213,12 +284,21 @@ def test_failed_trials_are_recorded_and_never_best(tmp_path):
 
 
 def test_a_diverging_trial_fails_with_its_reason(tmp_path):
-    space = SearchSpace.from_mapping({"train.lr": {"type": "categorical", "choices": [1.0e-3, 1.0e+30]}})
-    result = tune(CONFIG, space=space, trials=3, out=tmp_path, overrides=[*QUICK, "train.optimizer=sgd", "train.lr=1.0e+30"],
-                  settings=SearchSettings(sampler="random", seed=0))
+    space = SearchSpace.from_mapping({"train.lr": {"type": "categorical", "choices": [1.0e-3, 1.0e30]}})
+    result = tune(
+        CONFIG,
+        space=space,
+        trials=3,
+        out=tmp_path,
+        overrides=[*QUICK, "train.optimizer=sgd", "train.lr=1.0e+30"],
+        settings=SearchSettings(sampler="random", seed=0),
+    )
     states = {t.params["train.lr"]: t for t in result.study.trials}
-    assert states[1.0e30].state.name == "FAIL" and "non-finite" in states[1.0e30].user_attrs["fail_reason"].lower() \
+    assert (
+        states[1.0e30].state.name == "FAIL"
+        and "non-finite" in states[1.0e30].user_attrs["fail_reason"].lower()
         or "became" in states[1.0e30].user_attrs["fail_reason"]
+    )
     assert result.best["params"]["train.lr"] == 1.0e-3
 
 
@@ -232,14 +312,38 @@ def test_then_test_tests_the_fold_models_and_retrains_best_on_seeds(tmp_path, ca
     space_file = tmp_path / "space.yaml"
     space_file.write_text(yaml.safe_dump(space.to_mapping()))
     out = tmp_path / "study"
-    assert main(["tune", CONFIG, "--out", str(out), "--trials", "1", "--space", str(space_file), "--protocol", "fair",
-                 "--folds", "2", "--quiet", "--then-test", "0", "1", *sets]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                CONFIG,
+                "--out",
+                str(out),
+                "--trials",
+                "1",
+                "--space",
+                str(space_file),
+                "--protocol",
+                "fair",
+                "--folds",
+                "2",
+                "--quiet",
+                "--then-test",
+                "0",
+                "1",
+                *sets,
+            ]
+        )
+        == 0
+    )
     text = (out / "test.md").read_text()
     assert text in capsys.readouterr().out
     folds = [out / "trials" / "0000" / f"fold{k}" for k in range(2)]
     separate = [evaluate_embeddings(*embed_run(f, "test"), ks=(1, 2, 4, 8), clustering=False, seed=0) for f in folds]
     row = next(line for line in text.splitlines() if "separated" in line).strip(" |").split(" | ")
-    assert float(row[2]) == pytest.approx(100 * statistics.fmean(m["mean_average_precision_at_r"] for m in separate), abs=0.006)
+    assert float(row[2]) == pytest.approx(
+        100 * statistics.fmean(m["mean_average_precision_at_r"] for m in separate), abs=0.006
+    )
     retrained = [json.loads((out / "test" / f"quickstart-tuned-seed{s}" / "summary.json").read_text()) for s in (0, 1)]
     values = [100 * r["test"]["mean_average_precision_at_r"] for r in retrained]
     mean, half = interval95(values)

@@ -39,8 +39,11 @@ def test_dashboard_serves_the_study_of_a_journal_file(tmp_path):
         study.tell(trial, value)
     port = _free_port()
     command = shutil.which("optuna-dashboard", path=str(Path(sys.executable).parent)) or "optuna-dashboard"
-    server = subprocess.Popen([command, str(tmp_path / "journal.log"), "--host", "127.0.0.1", "--port", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [command, str(tmp_path / "journal.log"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         summaries = _get(f"http://127.0.0.1:{port}/api/studies", time.monotonic() + 60)["study_summaries"]
         assert [s["study_name"] for s in summaries] == ["ms"]

@@ -30,12 +30,16 @@ def _command(out, trials, *extra):
 def _killed_at_step_5(argv, cwd):
     """Run ``dmlkit ARGV`` in a fresh process that kills itself (-9) right after its first training step 5."""
     env = {**os.environ, "DMLKIT_FAULT": "step:5"}
-    done = subprocess.run([sys.executable, "-m", "dmlkit", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "dmlkit", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == -9, done.stderr[-2000:]
 
 
 def _trials(out, storage=None):
-    study = optuna.load_study(study_name=out.resolve().name if storage is None else "shared", storage=open_storage(out, storage))
+    study = optuna.load_study(
+        study_name=out.resolve().name if storage is None else "shared", storage=open_storage(out, storage)
+    )
     return sorted(study.get_trials(), key=lambda t: t.number)
 
 
@@ -66,7 +70,9 @@ def test_killed_local_worker_is_retried_from_its_last_checkpoint(tmp_path):
 
 
 def test_parallel_workers_share_one_trial_cap(tmp_path):
-    result = tune(CONFIG, trials=3, out=tmp_path, overrides=QUICK, settings=SearchSettings(sampler="random", seed=0), jobs=2)
+    result = tune(
+        CONFIG, trials=3, out=tmp_path, overrides=QUICK, settings=SearchSettings(sampler="random", seed=0), jobs=2
+    )
     trials = result.study.get_trials()
     counted = counted_trials(trials)
     assert len(counted) == 3 and all(t.state.name == "COMPLETE" for t in counted)
@@ -80,7 +86,9 @@ def test_killed_worker_on_postgresql_is_retried_by_another(tmp_path, postgres_da
     shared = ["--storage", postgres_database, "--study-name", "shared", "--heartbeat", "1"]
     _killed_at_step_5(_command(out, 3, *shared), os.getcwd())
     time.sleep(5)  # past the grace period of 4 missed heartbeats
-    other = subprocess.run([sys.executable, "-m", "dmlkit", *_command(out, 3, *shared)], capture_output=True, text=True, timeout=300)
+    other = subprocess.run(
+        [sys.executable, "-m", "dmlkit", *_command(out, 3, *shared)], capture_output=True, text=True, timeout=300
+    )
     assert other.returncode == 0, other.stderr[-2000:]
     _check_retried_once(out, postgres_database)
 
@@ -114,19 +122,37 @@ def test_gpu_tuning_script_runs_its_studies_and_continues_them_from_their_archiv
     """scripts/gpu_font_testbed_tune.sh on this machine (no .debs, no wheels), on the quickstart config: the
     studies reach their trials, trials.md and the archive come back, and a second call from the archive goes on."""
     root = os.getcwd()
-    env = {**os.environ, "INSTALL_DEBS": "0", "INSTALL_WHEELS": "0", "PYTHON": sys.executable, "CONFIG_DIR": "configs",
-           "LOSSES": "quickstart", "TRIALS": "1", "JOBS": "1", "TRAIN_SECONDS": "200", "OUT_DIR": str(tmp_path / "out"),
-           "STUDIES": "runs/test-gpu-tune", "SETS": " ".join(f"--set {o}" for o in QUICK)}
+    env = {
+        **os.environ,
+        "INSTALL_DEBS": "0",
+        "INSTALL_WHEELS": "0",
+        "PYTHON": sys.executable,
+        "CONFIG_DIR": "configs",
+        "LOSSES": "quickstart",
+        "TRIALS": "1",
+        "JOBS": "1",
+        "TRAIN_SECONDS": "200",
+        "OUT_DIR": str(tmp_path / "out"),
+        "STUDIES": "runs/test-gpu-tune",
+        "SETS": " ".join(f"--set {o}" for o in QUICK),
+    }
     try:
-        first = subprocess.run(["bash", "scripts/gpu_font_testbed_tune.sh"], env=env, capture_output=True, text=True,
-                               timeout=400, cwd=root)
+        first = subprocess.run(
+            ["bash", "scripts/gpu_font_testbed_tune.sh"], env=env, capture_output=True, text=True, timeout=400, cwd=root
+        )
         assert first.returncode == 0, first.stderr[-2000:]
         assert "## quickstart" in (tmp_path / "out" / "trials.md").read_text()
         archive = tmp_path / "studies.tar.gz"
         os.replace(tmp_path / "out" / "studies.tar.gz", archive)
         subprocess.run(["rm", "-rf", "runs/test-gpu-tune"], cwd=root, check=True)
-        again = subprocess.run(["bash", "scripts/gpu_font_testbed_tune.sh"], env={**env, "TRIALS": "2", "STUDIES_TAR": str(archive)},
-                               capture_output=True, text=True, timeout=400, cwd=root)
+        again = subprocess.run(
+            ["bash", "scripts/gpu_font_testbed_tune.sh"],
+            env={**env, "TRIALS": "2", "STUDIES_TAR": str(archive)},
+            capture_output=True,
+            text=True,
+            timeout=400,
+            cwd=root,
+        )
         assert again.returncode == 0, again.stderr[-2000:]
         table = (tmp_path / "out" / "trials.md").read_text()
         assert table.count("| complete |") == 2  # the archived trial kept, one more trained

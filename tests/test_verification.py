@@ -72,8 +72,11 @@ def test_lfw_shaped_example():
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.integers(0, 30), min_size=1, max_size=30), st.lists(st.integers(0, 30), min_size=1, max_size=300),
-       st.sampled_from([1e-3, 1e-2, 0.05, 0.1, 0.3]))
+@given(
+    st.lists(st.integers(0, 30), min_size=1, max_size=30),
+    st.lists(st.integers(0, 30), min_size=1, max_size=300),
+    st.sampled_from([1e-3, 1e-2, 0.05, 0.1, 0.3]),
+)
 def test_tar_at_far_matches_brute_force(gen, imp, far):
     g, i = np.array(gen, float), np.array(imp, float)
     row = tar_at_far(g, i, [far])[far]

@@ -20,7 +20,9 @@ GSP = [
 
 
 def _cfg(*extra):
-    return load_config("configs/quickstart.yaml", TINY_OVERRIDES + ["train.max_steps=4", "train.log_every=1"] + list(extra))
+    return load_config(
+        "configs/quickstart.yaml", TINY_OVERRIDES + ["train.max_steps=4", "train.log_every=1"] + list(extra)
+    )
 
 
 def test_gsp_zero_shot_run_learns_the_class_embeddings_and_prototypes(tmp_path):

@@ -30,13 +30,17 @@ def test_class_means_by_hand():
 def test_embeddings_linear_in_the_attributes_are_predicted_exactly():
     """e_c = W^T a_c: with a tiny ridge the fitted map recovers the held-out means (6 fit classes >= m = 6)."""
     a, e, y = _case(linear=True)
-    out = zero_shot_attribute_eval(a, e, y, repeats=50, classes_per_repeat=12, ridge=1e-8, generator=torch.Generator().manual_seed(0))
+    out = zero_shot_attribute_eval(
+        a, e, y, repeats=50, classes_per_repeat=12, ridge=1e-8, generator=torch.Generator().manual_seed(0)
+    )
     assert out["l2"] == 1.0 and out["cosine"] == 1.0 and out["chance"] == pytest.approx(1 / 6)
 
 
 def test_unrelated_embeddings_are_at_chance():
     a, e, y = _case(linear=False)
-    out = zero_shot_attribute_eval(a, e, y, repeats=400, classes_per_repeat=10, generator=torch.Generator().manual_seed(1))
+    out = zero_shot_attribute_eval(
+        a, e, y, repeats=400, classes_per_repeat=10, generator=torch.Generator().manual_seed(1)
+    )
     assert out["chance"] == pytest.approx(0.2)
     assert abs(out["l2"] - 0.2) < 0.06 and abs(out["cosine"] - 0.2) < 0.06
 
@@ -55,12 +59,22 @@ def test_the_study_evaluates_a_finished_gsp_run(tmp_path):
     from dmlkit_lab.studies.gsp_zero_shot import attributes_and_embeddings, main
     from tests_helpers import TINY_OVERRIDES
 
-    cfg = load_config("configs/quickstart.yaml", TINY_OVERRIDES + [
-        "train.max_steps=2", "train.val_every=2", "model.pooling=gsp", "model.pooling_params={num_prototypes: 4, iters: 20}",
-        "methods.zero_shot.weight=0.1",
-    ])
+    cfg = load_config(
+        "configs/quickstart.yaml",
+        TINY_OVERRIDES
+        + [
+            "train.max_steps=2",
+            "train.val_every=2",
+            "model.pooling=gsp",
+            "model.pooling_params={num_prototypes: 4, iters: 20}",
+            "methods.zero_shot.weight=0.1",
+        ],
+    )
     build_trainer(cfg, tmp_path / "run", quiet=True).fit()
-    assert main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "study"), "--repeats", "20", "--classes", "4"]) == 0
+    assert (
+        main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "study"), "--repeats", "20", "--classes", "4"])
+        == 0
+    )
     (row,) = json.loads((tmp_path / "study" / "results.json").read_text())["rows"]
     # the same numbers from the run's test split embedded here, and the same draws
     loaded = load_finished_run(tmp_path / "run")

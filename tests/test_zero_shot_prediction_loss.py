@@ -64,7 +64,9 @@ def _brute_force_loss(z, labels, ups, eps, b1, b2, scale=1.0):
     total = 0.0
     for fit, ev in ((b1, b2), (b2, b1)):
         zf, vf = z[fit], ups[labels[fit]]
-        a = vf.T @ torch.linalg.inv(zf @ zf.T + eps * torch.eye(len(fit), dtype=z.dtype)) @ zf  # Upsilon_b (Z^T Z + eps)^-1 Z^T
+        a = (
+            vf.T @ torch.linalg.inv(zf @ zf.T + eps * torch.eye(len(fit), dtype=z.dtype)) @ zf
+        )  # Upsilon_b (Z^T Z + eps)^-1 Z^T
         terms = []
         for i in ev.tolist():
             pred = a @ z[i]
@@ -89,8 +91,9 @@ def test_loss_matches_brute_force(scale):
 def test_the_default_scale_is_the_author_codes_and_sharpens_the_softmax():
     """zsr_loss.py: softmax_scale = 9.5. With unit-scale class embeddings over many classes an unscaled loss
     stays near its uniform value 2 log c; the scaled one moves away from it."""
-    loss = ZeroShotPredictionLoss(num_classes=200, num_prototypes=8, mu=0.3, embedding_dim=32,
-                                  generator=torch.Generator().manual_seed(0))
+    loss = ZeroShotPredictionLoss(
+        num_classes=200, num_prototypes=8, mu=0.3, embedding_dim=32, generator=torch.Generator().manual_seed(0)
+    )
     assert loss.scale == 9.5 and loss.class_embeddings.shape == (200, 32)
     labels = torch.arange(10).repeat_interleave(3)
     plan = _plan(30, 8, 6, mu=0.3, seed=4, dtype=torch.float32)
@@ -140,5 +143,10 @@ def test_bad_input():
     with pytest.raises(ValueError, match="mu"):
         ZeroShotPredictionLoss(4, 3, mu=1.5)
     with pytest.raises(ValueError, match="disjoint"):
-        zero_shot_prediction_loss(torch.rand(4, 3), torch.tensor([0, 1, 0, 1]), torch.randn(2, 3), 0.05,
-                                  (torch.tensor([0, 1]), torch.tensor([2, 3])))
+        zero_shot_prediction_loss(
+            torch.rand(4, 3),
+            torch.tensor([0, 1, 0, 1]),
+            torch.randn(2, 3),
+            0.05,
+            (torch.tensor([0, 1]), torch.tensor([2, 3])),
+        )

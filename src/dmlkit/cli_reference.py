@@ -114,7 +114,10 @@ def _section(prog: str, parser: argparse.ArgumentParser, summary: str | None, le
     if sub is not None:
         helps = {a.dest: a.help or "" for a in sub._choices_actions}
         lines += ["| command | what it does |", "|---|---|"]
-        lines += [f"| [`{prog} {name}`](#{_anchor(f'{prog} {name}')}) | {_cell(helps.get(name, ''))} |" for name in sub.choices]
+        lines += [
+            f"| [`{prog} {name}`](#{_anchor(f'{prog} {name}')}) | {_cell(helps.get(name, ''))} |"
+            for name in sub.choices
+        ]
         lines.append("")
         for name, child in sub.choices.items():
             lines += _section(f"{prog} {name}", child, helps.get(name), min(level + 1, 3))

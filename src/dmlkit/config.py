@@ -56,12 +56,15 @@ class MethodsConfig:
         valid = METHOD_SETTINGS.in_order()
         unknown = sorted(set(sections) - set(valid))
         if unknown:
-            raise ValueError(f"unknown config key(s) {unknown} in section 'methods'; valid keys are: {', '.join(valid)}")
+            raise ValueError(
+                f"unknown config key(s) {unknown} in section 'methods'; valid keys are: {', '.join(valid)}"
+            )
         for name, section in sections.items():
             if not isinstance(section, METHOD_SETTINGS.get(name)):
                 raise ValueError(f"methods.{name} must be a {METHOD_SETTINGS.get(name).__name__}, got {section!r}")
-        self.__dict__["_sections"] = {name: sections[name] if name in sections else METHOD_SETTINGS.get(name)()
-                                      for name in valid}
+        self.__dict__["_sections"] = {
+            name: sections[name] if name in sections else METHOD_SETTINGS.get(name)() for name in valid
+        }
 
     @classmethod
     def from_values(cls, values: Any, path: str = "methods") -> MethodsConfig:
@@ -86,7 +89,9 @@ class MethodsConfig:
         sections = self.__dict__.get("_sections", {})
         if name not in sections:
             if name not in METHOD_SETTINGS.in_order():
-                raise AttributeError(f"no method settings '{name}'; registered: {', '.join(METHOD_SETTINGS.in_order())}")
+                raise AttributeError(
+                    f"no method settings '{name}'; registered: {', '.join(METHOD_SETTINGS.in_order())}"
+                )
             sections[name] = METHOD_SETTINGS.get(name)()  # registered after this section was built
         return sections[name]
 
@@ -308,7 +313,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (), impor
     values = apply_overrides(read_config_file(path) if path is not None else {}, list(overrides))
     if imports:
         own = values.get("imports")
-        values["imports"] = [*(own or []), *imports] if own is None or isinstance(own, list) else own  # own: refused below
+        values["imports"] = (
+            [*(own or []), *imports] if own is None or isinstance(own, list) else own
+        )  # own: refused below
     if "imports" in values:  # before any name is resolved: the registries then know the user's components
         values["imports"] = normalize_imports(values["imports"], Path(path).parent if path is not None else None)
         import_plugins(values["imports"])

@@ -32,21 +32,26 @@ def _dotted(keys: tuple[str, ...] | list[str]) -> str:
 
 
 def _warn(old: tuple[str, ...], new: tuple[str, ...], source: str) -> None:
-    warnings.warn(f"config key '{_dotted(old)}' ({source}) is now '{_dotted(new)}': rename it; the old key will "
-                  "stop working in a later release", FutureWarning, stacklevel=4)
+    warnings.warn(
+        f"config key '{_dotted(old)}' ({source}) is now '{_dotted(new)}': rename it; the old key will "
+        "stop working in a later release",
+        FutureWarning,
+        stacklevel=4,
+    )
 
 
 def new_key(keys: list[str]) -> tuple[list[str], tuple[str, ...] | None]:
     """``(new path, old key matched)`` of the key path ``keys``; ``(keys, None)`` when it is not an old key."""
     for old, new in OLD_KEYS.items():
         if tuple(keys[: len(old)]) == old:
-            return [*new, *keys[len(old):]], old
+            return [*new, *keys[len(old) :]], old
     return list(keys), None
 
 
 def _both_given(old: tuple[str, ...], new: tuple[str, ...], source: str) -> ValueError:
-    return ValueError(f"{source} gives '{_dotted(old)}' (the old key) and '{_dotted(new)}' (its new key); "
-                      f"keep only '{_dotted(new)}'")
+    return ValueError(
+        f"{source} gives '{_dotted(old)}' (the old key) and '{_dotted(new)}' (its new key); keep only '{_dotted(new)}'"
+    )
 
 
 def migrate_values(values: dict[str, Any], source: str, warn: bool = True) -> dict[str, Any]:

@@ -32,6 +32,10 @@ def moved_name(old_module: str, name: str, moved: dict[str, str]) -> Any:
     import_entry_point_plugins()
     if (old_module, name) not in _PROVIDED:
         raise AttributeError(f"{old_module}.{name} moved to {moved[name]}.{name}, whose package is not installed")
-    warnings.warn(f"{old_module}.{name} moved to {moved[name]}.{name}; import it from there ({old_module}.{name} goes "
-                  "in dmlkit 0.2)", FutureWarning, stacklevel=3)
+    warnings.warn(
+        f"{old_module}.{name} moved to {moved[name]}.{name}; import it from there ({old_module}.{name} goes "
+        "in dmlkit 0.2)",
+        FutureWarning,
+        stacklevel=3,
+    )
     return _PROVIDED[(old_module, name)]

@@ -45,16 +45,20 @@ def normalize_imports(entries: object, base_dir: str | Path | None = None) -> li
     if entries is None:
         return []
     if not isinstance(entries, list) or not all(isinstance(e, str) and e.strip() for e in entries):
-        raise ValueError(f"imports must be a list of module names or .py paths, e.g. [my_project.parts, plugins/toy.py]; "
-                         f"got {entries!r}")
+        raise ValueError(
+            f"imports must be a list of module names or .py paths, e.g. [my_project.parts, plugins/toy.py]; "
+            f"got {entries!r}"
+        )
     out = []
     for entry in entries:
         if _is_file_entry(entry):
             candidates = [Path(entry).expanduser()] + ([Path(base_dir) / entry] if base_dir is not None else [])
             found = next((c for c in candidates if c.is_file()), None)
             if found is None:
-                raise ValueError(f"imports: no such file '{entry}' (looked in {', '.join(str(c.parent.resolve()) for c in candidates)}); "
-                                 "give the path of a .py file or a module name on PYTHONPATH")
+                raise ValueError(
+                    f"imports: no such file '{entry}' (looked in {', '.join(str(c.parent.resolve()) for c in candidates)}); "
+                    "give the path of a .py file or a module name on PYTHONPATH"
+                )
             entry = str(found.resolve())
         out.append(entry)
     return out
@@ -84,8 +88,10 @@ def import_plugins(entries: Sequence[str]) -> None:
         except ValueError:
             raise
         except Exception as err:
-            raise ValueError(f"imports: '{entry}' failed to import ({type(err).__name__}: {err}); fix the module or "
-                             "remove it from imports") from err
+            raise ValueError(
+                f"imports: '{entry}' failed to import ({type(err).__name__}: {err}); fix the module or "
+                "remove it from imports"
+            ) from err
 
 
 def import_entry_point_plugins() -> None:
@@ -100,11 +106,15 @@ def import_entry_point_plugins() -> None:
         try:
             importlib.import_module(name)
         except ImportError as err:
-            raise ValueError(f"{PLUGINS_ENV} names the module '{name}', which does not import ({err}); "
-                             "fix the name or the PYTHONPATH") from err
+            raise ValueError(
+                f"{PLUGINS_ENV} names the module '{name}', which does not import ({err}); "
+                "fix the name or the PYTHONPATH"
+            ) from err
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             point.load()
         except Exception as err:
-            raise ValueError(f"the dmlkit plugin '{point.name}' ({point.value}) of an installed package failed to import "
-                             f"({type(err).__name__}: {err}); fix or uninstall that package") from err
+            raise ValueError(
+                f"the dmlkit plugin '{point.name}' ({point.value}) of an installed package failed to import "
+                f"({type(err).__name__}: {err}); fix or uninstall that package"
+            ) from err

@@ -28,8 +28,16 @@ import torch
 
 from dmlkit.assemble import build_trainer, resume_trainer
 from dmlkit.assemble.pretrained import (
-    PRETRAINED_FORMAT, PretrainedCacheError, canonical_pretrained_name, is_pretrained_name, pretrained_key, pretrained_path,
-    pretrained_recipe, read_pretrained, state_checksum, training_conditions,
+    PRETRAINED_FORMAT,
+    PretrainedCacheError,
+    canonical_pretrained_name,
+    is_pretrained_name,
+    pretrained_key,
+    pretrained_path,
+    pretrained_recipe,
+    read_pretrained,
+    state_checksum,
+    training_conditions,
 )
 from dmlkit.config import ExperimentConfig, dump_config
 from dmlkit.data.catalog import create_dataset
@@ -83,13 +91,26 @@ def _train(name: str, key: str, path: Path, quiet: bool) -> None:
             print(f"dmlkit pretrain: training '{name}' ({cfg.train.max_steps} steps) into {run_dir}", file=sys.stderr)
         summary = build_trainer(cfg, run_dir, quiet=quiet).fit()
     state = _best_backbone(folder)
-    in_channels = create_dataset(cfg.data.name, cfg.data.train_split, root=cfg.data.root, image_size=cfg.data.image_size,
-                                 max_classes=1, **cfg.data.params).in_channels
+    in_channels = create_dataset(
+        cfg.data.name,
+        cfg.data.train_split,
+        root=cfg.data.root,
+        image_size=cfg.data.image_size,
+        max_classes=1,
+        **cfg.data.params,
+    ).in_channels
     create_backbone(cfg.model.backbone, in_channels=in_channels).load_state_dict(state)  # fits, or fails before writing
     entry: dict[str, Any] = {
-        "format": PRETRAINED_FORMAT, "name": name, "key": key, "backbone": cfg.model.backbone,
-        "in_channels": int(in_channels), "state_dict": state, "checksum": state_checksum(state),
-        "config": dump_config(cfg), "summary": _plain(summary), **training_conditions(cfg),
+        "format": PRETRAINED_FORMAT,
+        "name": name,
+        "key": key,
+        "backbone": cfg.model.backbone,
+        "in_channels": int(in_channels),
+        "state_dict": state,
+        "checksum": state_checksum(state),
+        "config": dump_config(cfg),
+        "summary": _plain(summary),
+        **training_conditions(cfg),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as fh:
@@ -105,7 +126,9 @@ def _best_backbone(folder: RunFolder) -> dict[str, torch.Tensor]:
     model = load_checkpoint(source)["model"]
     state = {k[len("backbone.") :]: v.clone() for k, v in model.items() if k.startswith("backbone.")}
     if not state:
-        raise ValueError(f"'{source}' holds no backbone weights (keys 'backbone.*'); delete {folder.path} and run again")
+        raise ValueError(
+            f"'{source}' holds no backbone weights (keys 'backbone.*'); delete {folder.path} and run again"
+        )
     return state
 
 

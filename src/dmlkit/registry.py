@@ -78,9 +78,7 @@ class Registry(Generic[T]):
         if name not in self._factories:
             self._import_plugins()
         if name not in self._factories:
-            raise ValueError(
-                f"unknown {self.kind} '{name}'; valid names are: {', '.join(self.names())}"
-            )
+            raise ValueError(f"unknown {self.kind} '{name}'; valid names are: {', '.join(self.names())}")
         return self._factories[name]
 
     def create(self, name: str, **kwargs: Any) -> T:
@@ -104,9 +102,7 @@ def check_kwargs(factory: Callable[..., Any], kwargs: dict[str, Any], what: str)
     valid = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
-        raise ValueError(
-            f"{what} got unknown parameter(s) {unknown}; valid parameters are: {', '.join(valid)}"
-        )
+        raise ValueError(f"{what} got unknown parameter(s) {unknown}; valid parameters are: {', '.join(valid)}")
 
 
 def import_submodules(package: str, path: list[str]) -> None:

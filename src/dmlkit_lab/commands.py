@@ -38,10 +38,16 @@ STUDY = ("run a controlled study, write its table", _study_arguments, _cmd_study
 
 
 def _geometry_arguments(geometry: argparse.ArgumentParser) -> None:
-    geometry.add_argument("runs", nargs="+", metavar="RUN_DIR", help="finished run folders (seeds of one config are grouped)")
+    geometry.add_argument(
+        "runs", nargs="+", metavar="RUN_DIR", help="finished run folders (seeds of one config are grouped)"
+    )
     geometry.add_argument("--out", required=True, help="folder for geometry.json, geometry.md and the figures")
-    geometry.add_argument("--baseline", default=None, help="group to pair the others with (config name; default: the first)")
-    geometry.add_argument("--split", default="train", help="split to embed (default: train, the training classes, as Fig. 4a)")
+    geometry.add_argument(
+        "--baseline", default=None, help="group to pair the others with (config name; default: the first)"
+    )
+    geometry.add_argument(
+        "--split", default="train", help="split to embed (default: train, the training classes, as Fig. 4a)"
+    )
 
 
 def _cmd_geometry(args: argparse.Namespace) -> int:
@@ -53,5 +59,10 @@ def _cmd_geometry(args: argparse.Namespace) -> int:
     return 0
 
 
-GEOMETRY = ("embedding geometry of run groups side by side: r_w (Eq. 8) and class divergences sorted by the "
-            "baseline's (SFT paper Fig. 4a), seeds paired", _geometry_arguments, _cmd_geometry, "report")
+GEOMETRY = (
+    "embedding geometry of run groups side by side: r_w (Eq. 8) and class divergences sorted by the "
+    "baseline's (SFT paper Fig. 4a), seeds paired",
+    _geometry_arguments,
+    _cmd_geometry,
+    "report",
+)

@@ -20,7 +20,23 @@ from dmlkit.assemble.eval_model import EMBEDDING_SOURCES, ClassifierOutputs, eva
 from dmlkit.assemble.finished_run import LoadedRun, embed_run, evaluate_run, load_finished_run, resolve_checkpoint
 
 __all__ = [
-    "BuiltModel", "ClassifierOutputs", "EMBEDDING_SOURCES", "LoadedRun", "Splits", "build_model", "build_run",
-    "build_splits", "build_trainer", "default_run_dir", "embed_run", "evaluate_run", "evaluation_model",
-    "find_classifier", "load_finished_run", "reference_dataset", "resolve_checkpoint", "resume_trainer", "run_split",
+    "BuiltModel",
+    "ClassifierOutputs",
+    "EMBEDDING_SOURCES",
+    "LoadedRun",
+    "Splits",
+    "build_model",
+    "build_run",
+    "build_splits",
+    "build_trainer",
+    "default_run_dir",
+    "embed_run",
+    "evaluate_run",
+    "evaluation_model",
+    "find_classifier",
+    "load_finished_run",
+    "reference_dataset",
+    "resolve_checkpoint",
+    "resume_trainer",
+    "run_split",
 ]

@@ -40,8 +40,16 @@ from dmlkit.methods import BuildContext, Method, build_methods
 from dmlkit.models import build_embedder
 
 __all__ = [
-    "BuiltModel", "Splits", "build_model", "build_run", "build_splits", "build_trainer", "default_run_dir",
-    "reference_dataset", "resume_trainer", "run_split",
+    "BuiltModel",
+    "Splits",
+    "build_model",
+    "build_run",
+    "build_splits",
+    "build_trainer",
+    "default_run_dir",
+    "reference_dataset",
+    "resume_trainer",
+    "run_split",
 ]
 
 
@@ -133,7 +141,9 @@ def _encoder(methods: Sequence[Method]) -> tuple[Any, tuple[str, ...]]:
     """The batch encoder of the one method that has one (else the model's forward) and its model methods."""
     encoders = [m for m in methods if type(m).encode is not Method.encode]
     if len(encoders) > 1:
-        raise ValueError(f"methods {[m.name for m in encoders]} each embed the training batch their own way; combine at most one")
+        raise ValueError(
+            f"methods {[m.name for m in encoders]} each embed the training batch their own way; combine at most one"
+        )
     if not encoders:
         return plain_encode, ()
     return encoders[0].encode, encoders[0].forward_methods
@@ -151,8 +161,18 @@ def build_run(cfg: ExperimentConfig) -> RunParts:
     splits = build_splits(cfg)
     check_trainable(splits.train)
     # every unreadable image of every split in one error now, not one per run nor after the training
-    check_images_open([(n, d) for n, d in (("train", splits.train), ("test", splits.test), ("reference", splits.reference),
-                                           ("validation", splits.val)) if d is not None])
+    check_images_open(
+        [
+            (n, d)
+            for n, d in (
+                ("train", splits.train),
+                ("test", splits.test),
+                ("reference", splits.reference),
+                ("validation", splits.val),
+            )
+            if d is not None
+        ]
+    )
     splits = validation_sample(cfg, splits)
     warn_shared_classes(cfg, splits)
     built = build_model(cfg, splits.train)
@@ -161,13 +181,27 @@ def build_run(cfg: ExperimentConfig) -> RunParts:
     sampler = build_sampler(cfg, splits.train)
     encode, forward_methods = _encoder(built.methods)
     objective, methods, source = built.objective, built.methods, cfg.eval.embedding
-    evaluation_model(built.model, objective, source, methods)  # an impossible eval.embedding fails here, not after training
+    evaluation_model(
+        built.model, objective, source, methods
+    )  # an impossible eval.embedding fails here, not after training
     return RunParts(
-        name=cfg.name, seed=cfg.seed, config_text=dump_config(cfg), splits=splits, model=built.model, objective=objective,
-        batch_sampler=sampler, param_groups=parameter_groups(built.model, objective, t, claimed),
-        stopper=_stopper(cfg, methods), eval_model=lambda model: evaluation_model(model, objective, source, methods),
-        callbacks=[cb for m in methods for cb in m.callbacks()], encode=encode, forward_methods=forward_methods,
-        plots=cfg.plots, num_workers=cfg.data.num_workers, pretrained=built.pretrained, records=run_records(cfg, splits),
+        name=cfg.name,
+        seed=cfg.seed,
+        config_text=dump_config(cfg),
+        splits=splits,
+        model=built.model,
+        objective=objective,
+        batch_sampler=sampler,
+        param_groups=parameter_groups(built.model, objective, t, claimed),
+        stopper=_stopper(cfg, methods),
+        eval_model=lambda model: evaluation_model(model, objective, source, methods),
+        callbacks=[cb for m in methods for cb in m.callbacks()],
+        encode=encode,
+        forward_methods=forward_methods,
+        plots=cfg.plots,
+        num_workers=cfg.data.num_workers,
+        pretrained=built.pretrained,
+        records=run_records(cfg, splits),
     )
 
 
@@ -186,7 +220,8 @@ def validation_sample(cfg: ExperimentConfig, splits: Splits) -> Splits:
             f"the validation set has {len(splits.val)} images, up to {largest} of one class: MAP@R ranks that many "
             "neighbours of every image at every validation, which is slow (2 x 6,000 Fashion-MNIST images: about a "
             "minute per validation on one thread); eval.val_max_per_class: 500 validates on a fixed sample instead",
-            RuntimeWarning, stacklevel=3,
+            RuntimeWarning,
+            stacklevel=3,
         )
     return splits
 
@@ -202,7 +237,8 @@ def warn_shared_classes(cfg: ExperimentConfig, splits: Splits) -> None:
             "test classes (the dataset's train and test splits share their classes), so early stopping selects on "
             "classes the test measures; set data.val_fraction: 0 to validate on the test split openly "
             "(summary: validated_on_test), or keep it knowing this",
-            RuntimeWarning, stacklevel=3,
+            RuntimeWarning,
+            stacklevel=3,
         )
 
 
@@ -211,7 +247,9 @@ def build_trainer(
 ) -> Trainer:
     """A trainer for a new run of ``cfg`` in ``run_dir`` (default ``output_dir/name``)."""
     run_dir = default_run_dir(cfg) if run_dir is None else run_dir
-    check_training_extras(cfg.eval, cfg.plots, cfg.train.tensorboard)  # before the data are read (the trainer checks again)
+    check_training_extras(
+        cfg.eval, cfg.plots, cfg.train.tensorboard
+    )  # before the data are read (the trainer checks again)
     pin_threads(cfg.train.threads)  # before the parts are built: every computation of the run uses them
     return Trainer(cfg.train, cfg.eval, run_dir, build_run(cfg), list(callbacks), quiet)
 

@@ -57,7 +57,9 @@ def check_source(source: str) -> None:
         raise ValueError(f"eval.embedding must be one of {', '.join(EMBEDDING_SOURCES)}, got {source!r}")
 
 
-def evaluation_model(model: nn.Module, objective: nn.Module | None, source: str, methods: Sequence[Method] = ()) -> nn.Module:
+def evaluation_model(
+    model: nn.Module, objective: nn.Module | None, source: str, methods: Sequence[Method] = ()
+) -> nn.Module:
     """The module whose outputs are evaluated for ``eval.embedding = source``."""
     check_source(source)
     if source == "features":

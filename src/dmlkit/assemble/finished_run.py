@@ -43,8 +43,9 @@ def resolve_checkpoint(run_or_checkpoint: str | Path) -> tuple[RunFolder, Path]:
     """Accept a run folder (uses its best.pt, else last.pt) or a checkpoint file inside a run folder."""
     path = Path(run_or_checkpoint)
     if not path.exists():
-        raise ValueError(f"no such run folder or checkpoint: '{path}'; pass a folder written by dmlkit train "
-                         "(e.g. runs/quickstart)")
+        raise ValueError(
+            f"no such run folder or checkpoint: '{path}'; pass a folder written by dmlkit train (e.g. runs/quickstart)"
+        )
     if path.is_dir():
         folder = RunFolder(path)
         checkpoint = folder.best_checkpoint if folder.best_checkpoint.is_file() else folder.last_checkpoint
@@ -104,7 +105,9 @@ class LoadedRun:
                 pass
         dataset = self.split(name)
         if not quiet:
-            print(f"embedding {len(dataset)} {name} images with {self.checkpoint.name} ...", file=sys.stderr, flush=True)
+            print(
+                f"embedding {len(dataset)} {name} images with {self.checkpoint.name} ...", file=sys.stderr, flush=True
+            )
         embeddings, labels = self.embed(dataset)
         try:
             with atomic_write(cache) as fh:
@@ -142,7 +145,9 @@ def load_finished_run(run_or_checkpoint: str | Path, in_channels: int | None = N
 
 def check_finite_weights(state: dict[str, Any], checkpoint: Path) -> None:
     """Refuse a checkpoint whose weights hold NaN or Inf: every embedding it makes would too."""
-    bad = non_finite_entries(state["model"]) + [f"objective {k}" for k in non_finite_entries(state.get("objective", {}))]
+    bad = non_finite_entries(state["model"]) + [
+        f"objective {k}" for k in non_finite_entries(state.get("objective", {}))
+    ]
     if bad:
         raise CheckpointError(
             f"checkpoint '{checkpoint}' holds non-finite weights (NaN or Inf in {', '.join(bad[:5])}"
@@ -173,12 +178,18 @@ def evaluate_run(run_or_checkpoint: str | Path, split: str = "test", quiet: bool
     refs: tuple = (None, None)
     if cfg.eval.reference_split is not None and split == cfg.eval.split:  # queries against the gallery
         refs = run.embed_split(cfg.eval.reference_split, quiet=quiet)
-    metrics = evaluate_embeddings(embeddings, labels, *refs, ks=tuple(cfg.eval.ks), clustering=cfg.eval.clustering, seed=cfg.seed)
-    write_json_atomic(run.folder.path / f"eval_{split}.json", {"checkpoint": str(run.checkpoint), "split": split, **metrics})
+    metrics = evaluate_embeddings(
+        embeddings, labels, *refs, ks=tuple(cfg.eval.ks), clustering=cfg.eval.clustering, seed=cfg.seed
+    )
+    write_json_atomic(
+        run.folder.path / f"eval_{split}.json", {"checkpoint": str(run.checkpoint), "split": split, **metrics}
+    )
     return metrics
 
 
-def _embed_shard(run: LoadedRun, dataset: Any, rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _embed_shard(
+    run: LoadedRun, dataset: Any, rank: int, world: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Process ``rank``'s shard (``shard_indices``) of ``dataset``: embeddings, labels, dataset positions."""
     idx = shard_indices(len(dataset), rank, world)
     if len(idx) == 0:  # more processes than items: an empty shard of the right width
@@ -202,10 +213,13 @@ def _evaluate_run_sharded(run_or_checkpoint: str | Path, split: str) -> dict[str
         refs: tuple = (None, None, None)
         if cfg.eval.reference_split is not None and split == cfg.eval.split:  # queries against the gallery
             refs = _embed_shard(run, run.split(cfg.eval.reference_split), rank, world)
-        metrics = evaluate_embedding_shards(*queries, *refs, ks=tuple(cfg.eval.ks), clustering=cfg.eval.clustering,
-                                            seed=cfg.seed)
+        metrics = evaluate_embedding_shards(
+            *queries, *refs, ks=tuple(cfg.eval.ks), clustering=cfg.eval.clustering, seed=cfg.seed
+        )
         if rank == 0:
-            write_json_atomic(run.folder.path / f"eval_{split}.json", {"checkpoint": str(run.checkpoint), "split": split, **metrics})
+            write_json_atomic(
+                run.folder.path / f"eval_{split}.json", {"checkpoint": str(run.checkpoint), "split": split, **metrics}
+            )
         dist.barrier()
         return metrics
     finally:

@@ -68,12 +68,28 @@ from dmlkit.engine.environment import cpu_capability
 from dmlkit.models.config import ModelConfig
 
 __all__ = [
-    "PRETRAINED_FORMAT", "PretrainedCacheError", "RECIPES", "canonical_pretrained_name", "config_drift", "is_pretrained_name",
-    "list_pretrained", "pretrained_key", "pretrained_path", "pretrained_recipe", "read_pretrained", "register_pretrained_recipe", "resolve_pretrained",
-    "resolve_pretrained_weights", "split_pretrained_name", "state_checksum", "training_conditions",
+    "PRETRAINED_FORMAT",
+    "PretrainedCacheError",
+    "RECIPES",
+    "canonical_pretrained_name",
+    "config_drift",
+    "is_pretrained_name",
+    "list_pretrained",
+    "pretrained_key",
+    "pretrained_path",
+    "pretrained_recipe",
+    "read_pretrained",
+    "register_pretrained_recipe",
+    "resolve_pretrained",
+    "resolve_pretrained_weights",
+    "split_pretrained_name",
+    "state_checksum",
+    "training_conditions",
 ]
 
-PRETRAINED_FORMAT = 3  # 2: the entry records the threads and library versions it was trained with; 3: and the CPU capability
+PRETRAINED_FORMAT = (
+    3  # 2: the entry records the threads and library versions it was trained with; 3: and the CPU capability
+)
 
 
 class _Recipes(dict):
@@ -187,8 +203,12 @@ def pretrained_key(name: str) -> str:
     name = canonical_pretrained_name(name)
     cfg = pretrained_recipe(name)
     record = {
-        "format": PRETRAINED_FORMAT, "name": name, "recipe": _recipe_values(name), "data": _dataset_fingerprint(cfg),
-        "torch": torch.__version__, "pytorch_metric_learning": pytorch_metric_learning.__version__,
+        "format": PRETRAINED_FORMAT,
+        "name": name,
+        "recipe": _recipe_values(name),
+        "data": _dataset_fingerprint(cfg),
+        "torch": torch.__version__,
+        "pytorch_metric_learning": pytorch_metric_learning.__version__,
         "cpu_capability": cpu_capability(),
     }
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
@@ -199,7 +219,9 @@ def config_drift(stored: str, current: ExperimentConfig) -> list[str]:
     (``config_differences``: a field added since takes its default, the options of a method both leave
     off are not compared); a key that today's classes do not know is reported as ``<stored config: ...>``."""
     try:
-        old_cfg = from_dict(ExperimentConfig, migrate_values(yaml.safe_load(stored) or {}, "in the stored config", warn=False))
+        old_cfg = from_dict(
+            ExperimentConfig, migrate_values(yaml.safe_load(stored) or {}, "in the stored config", warn=False)
+        )
     except (ValueError, TypeError, KeyError) as err:
         return [f"<stored config: {err}>"]
     return config_differences(old_cfg, current)
@@ -241,10 +263,14 @@ def read_pretrained(name: str, path: Path | None = None) -> dict[str, Any] | Non
     made_with = training_conditions(pretrained_recipe(name))
     differ = [f"{k}: {entry.get(k)!r} (recipe: {v!r})" for k, v in made_with.items() if entry.get(k) != v]
     if differ:
-        raise PretrainedCacheError(f"'{path}' was trained under other conditions than the recipe's (stale): {'; '.join(differ)}")
+        raise PretrainedCacheError(
+            f"'{path}' was trained under other conditions than the recipe's (stale): {'; '.join(differ)}"
+        )
     drift = config_drift(str(entry["config"]), pretrained_recipe(name))
     if drift:
-        raise PretrainedCacheError(f"'{path}' was trained with another resolution of the recipe (stale): {', '.join(drift[:5])}")
+        raise PretrainedCacheError(
+            f"'{path}' was trained with another resolution of the recipe (stale): {', '.join(drift[:5])}"
+        )
     state = entry["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise PretrainedCacheError(f"'{path}' holds no state dict of tensors")
@@ -258,9 +284,14 @@ def training_conditions(recipe: ExperimentConfig) -> dict[str, Any]:
     versions of torch and pytorch-metric-learning, and the instruction set of the CPU's kernels."""
     import pytorch_metric_learning
 
-    return {"threads": recipe.train.threads, "versions": {"torch": str(torch.__version__),
-                                                           "pytorch_metric_learning": str(pytorch_metric_learning.__version__)},
-            "cpu_capability": cpu_capability()}
+    return {
+        "threads": recipe.train.threads,
+        "versions": {
+            "torch": str(torch.__version__),
+            "pytorch_metric_learning": str(pytorch_metric_learning.__version__),
+        },
+        "cpu_capability": cpu_capability(),
+    }
 
 
 def _what_to_run(name: str) -> str:
@@ -313,7 +344,9 @@ def resolve_pretrained_weights(model: ModelConfig, in_channels: int) -> tuple[Mo
     try:
         entry = read_pretrained(name, path)
     except PretrainedCacheError as err:
-        raise ValueError(f"the cached pretrained backbone '{name}' is unusable: {err}; {_what_to_run(name)} again") from err
+        raise ValueError(
+            f"the cached pretrained backbone '{name}' is unusable: {err}; {_what_to_run(name)} again"
+        ) from err
     if entry is None:
         raise ValueError(f"pretrained backbone '{name}' is not built yet (no {path}); {_what_to_run(name)}")
     if entry["backbone"] != model.backbone or entry["in_channels"] != in_channels:
@@ -322,5 +355,3 @@ def resolve_pretrained_weights(model: ModelConfig, in_channels: int) -> tuple[Mo
             f"for {in_channels}; delete it and {_what_to_run(name)}"
         )
     return dataclasses.replace(model, pretrained=str(path)), {"name": name, "checksum": str(entry["checksum"])}
-
-

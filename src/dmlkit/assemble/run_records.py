@@ -32,8 +32,12 @@ def base_dataset(dataset: Any) -> Any:
 
 def run_records(cfg: ExperimentConfig, splits: Splits) -> dict[str, Any]:
     """``{file name: JSON content}`` of the records a fresh run of ``cfg`` writes into its folder."""
-    named = [("train", splits.train), ("validation", None if splits.val_is_test else splits.val), ("test", splits.test),
-             ("reference", splits.reference)]
+    named = [
+        ("train", splits.train),
+        ("validation", None if splits.val_is_test else splits.val),
+        ("test", splits.test),
+        ("reference", splits.reference),
+    ]
     records: dict[str, Any] = {}
     split_record = getattr(base_dataset(splits.train), "split_record", None)
     if split_record is not None:

@@ -78,8 +78,14 @@ class FeatureAugmentedLoss(nn.Module):
             (:mod:`dmlkit.augment.generated_score`).
     """
 
-    def __init__(self, loss: nn.Module, generator: FeatureGenerator, lam: float = 0.2, miner: nn.Module | None = None,
-                 score: str = "separate") -> None:
+    def __init__(
+        self,
+        loss: nn.Module,
+        generator: FeatureGenerator,
+        lam: float = 0.2,
+        miner: nn.Module | None = None,
+        score: str = "separate",
+    ) -> None:
         super().__init__()
         if not callable(loss):
             raise ValueError("loss must be a callable loss module with PML's signature (embeddings, labels, ...)")
@@ -124,6 +130,7 @@ class FeatureAugmentedLoss(nn.Module):
         if x_gen.shape[0] == 0:
             self.last_stats = GeneratedBatchStats()
             return real + 0.0 * embeddings.sum()
-        value, self.last_stats = score_generated(self.loss, x_gen, y_gen, self.miner, self.score, x, labels,
-                                                 ref_emb, ref_labels)
+        value, self.last_stats = score_generated(
+            self.loss, x_gen, y_gen, self.miner, self.score, x, labels, ref_emb, ref_labels
+        )
         return real + self.lam * value

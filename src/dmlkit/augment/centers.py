@@ -150,7 +150,9 @@ class ClassCenters(nn.Module):
             shape = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
             raise ValueError(f"features must have shape (B, {self.dim}), got {shape}")
         if not torch.isfinite(features).all():
-            raise ValueError("features contain NaN or inf: the centres would be corrupted; check the embedding model/loss")
+            raise ValueError(
+                "features contain NaN or inf: the centres would be corrupted; check the embedding model/loss"
+            )
         labels = self._check_labels(labels, features.shape[0])
         x = features.detach().to(device=self.centers.device, dtype=self.centers.dtype)
         if self.mode == "random" or x.shape[0] == 0:
@@ -203,7 +205,9 @@ class ClassCenters(nn.Module):
             )
         if not isinstance(sums, Tensor) or tuple(sums.shape) != (self.num_classes, self.dim):
             shape = tuple(sums.shape) if isinstance(sums, Tensor) else type(sums).__name__
-            raise ValueError(f"sums must have shape ({self.num_classes}, {self.dim}) (class_sums gives it), got {shape}")
+            raise ValueError(
+                f"sums must have shape ({self.num_classes}, {self.dim}) (class_sums gives it), got {shape}"
+            )
         if not isinstance(counts, Tensor) or tuple(counts.shape) != (self.num_classes,):
             shape = tuple(counts.shape) if isinstance(counts, Tensor) else type(counts).__name__
             raise ValueError(f"counts must have shape ({self.num_classes},) (class_sums gives it), got {shape}")
@@ -211,7 +215,9 @@ class ClassCenters(nn.Module):
             raise ValueError("sums must be finite and counts finite and >= 0: check the features the means come from")
         counts = counts.to(self.centers.device)
         present = counts > 0
-        means = sums.to(device=self.centers.device, dtype=torch.float64) / counts.to(torch.float64).clamp(min=1).unsqueeze(1)
+        means = sums.to(device=self.centers.device, dtype=torch.float64) / counts.to(torch.float64).clamp(
+            min=1
+        ).unsqueeze(1)
         self.centers[present] = means[present].to(self.centers.dtype)
         self.initialized |= present
         return present

@@ -93,9 +93,17 @@ class FeatureGenerator(nn.Module):
         super().__init__()
         self.transform = canonical_transform_name(transform)
         # the arguments are checked by the rules of the config section (one place: SFTConfig.__post_init__)
-        SFTConfig(name=self.transform, scheme=scheme, target=target, centers=centers, alpha=alpha,
-                  tail_threshold=tail_threshold, normalize_input=normalize_input,
-                  update_centers_first=update_centers_first, start_step=start_step)
+        SFTConfig(
+            name=self.transform,
+            scheme=scheme,
+            target=target,
+            centers=centers,
+            alpha=alpha,
+            tail_threshold=tail_threshold,
+            normalize_input=normalize_input,
+            update_centers_first=update_centers_first,
+            start_step=start_step,
+        )
         if int(seed) != seed:
             raise ValueError(f"seed must be an integer, got {seed!r}")
         self.scheme = scheme
@@ -114,17 +122,34 @@ class FeatureGenerator(nn.Module):
         self.last_center_cosine: Tensor | None = None
 
     @classmethod
-    def from_config(cls, cfg: SFTConfig, num_classes: int, dim: int,
-                    class_counts: Tensor | Sequence[int] | None = None, seed: int = 0) -> "FeatureGenerator":
+    def from_config(
+        cls,
+        cfg: SFTConfig,
+        num_classes: int,
+        dim: int,
+        class_counts: Tensor | Sequence[int] | None = None,
+        seed: int = 0,
+    ) -> "FeatureGenerator":
         """The generator of the ``methods.sft`` section ``cfg`` (``cfg.name`` set): ``num_classes`` classes, ``dim``-d."""
         if not isinstance(cfg, SFTConfig):
             raise ValueError(f"cfg must be an SFTConfig (the methods.sft section), got {type(cfg).__name__}")
         if not cfg.active:
             raise ValueError("methods.sft.name is null (no augmentation): set it to sft, sft_d or translation")
-        return cls(num_classes, dim, transform=cfg.name, scheme=cfg.scheme, target=cfg.target, centers=cfg.centers,
-                   alpha=cfg.alpha, tail_threshold=cfg.tail_threshold, class_counts=class_counts, seed=seed,
-                   normalize_input=cfg.normalize_input, update_centers_first=cfg.update_centers_first,
-                   start_step=cfg.start_step)
+        return cls(
+            num_classes,
+            dim,
+            transform=cfg.name,
+            scheme=cfg.scheme,
+            target=cfg.target,
+            centers=cfg.centers,
+            alpha=cfg.alpha,
+            tail_threshold=cfg.tail_threshold,
+            class_counts=class_counts,
+            seed=seed,
+            normalize_input=cfg.normalize_input,
+            update_centers_first=cfg.update_centers_first,
+            start_step=cfg.start_step,
+        )
 
     def _head_tail(self, class_counts: Tensor | Sequence[int] | None) -> tuple[Tensor, Tensor]:
         c = self.centers.num_classes

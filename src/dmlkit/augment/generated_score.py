@@ -80,7 +80,9 @@ def _without_self(indices_tuple: tuple[Tensor, ...], offset: int) -> tuple[Tenso
         a, p, n = indices_tuple
         k = p != a + offset
         return a[k], p[k], n[k]
-    raise ValueError(f"indices_tuple must hold pairs (a1, p, a2, n) or triplets (a, p, n), got {len(indices_tuple)} tensors")
+    raise ValueError(
+        f"indices_tuple must hold pairs (a1, p, a2, n) or triplets (a, p, n), got {len(indices_tuple)} tensors"
+    )
 
 
 def _mined_positive_pairs(indices_tuple: Any) -> int | None:
@@ -122,7 +124,9 @@ def score_generated(
         if x_real is None or y_real is None:
             raise ValueError('score="joint" needs the real batch: pass x_real and y_real')
         if ref_emb is not None:
-            raise ValueError('score="joint" uses ref_emb for the real batch: use score="separate" with a cross-batch memory')
+            raise ValueError(
+                'score="joint" uses ref_emb for the real batch: use score="separate" with a cross-batch memory'
+            )
         n = x_real.shape[0]
         ref_emb, ref_labels = torch.cat([x_real.to(x_gen.dtype), x_gen]), torch.cat([y_real.long(), y_gen])
         if miner is not None:

@@ -98,7 +98,9 @@ def _draw_other(labels: Tensor, pool: Tensor, generator: torch.Generator) -> Ten
 
 def check_policy(policy: str) -> str:
     if policy not in TARGET_POLICIES:
-        raise ValueError(f"unknown target policy {policy!r}: choose one of {TARGET_POLICIES} (see dmlkit.augment.schemes)")
+        raise ValueError(
+            f"unknown target policy {policy!r}: choose one of {TARGET_POLICIES} (see dmlkit.augment.schemes)"
+        )
     return policy
 
 

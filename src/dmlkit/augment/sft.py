@@ -111,7 +111,9 @@ class _Plane:
 
     def __init__(self, mu_from: Tensor, mu_to: Tensor) -> None:
         if mu_from.shape[-1] < 2:
-            raise ValueError("the spherical transform needs feature dimension d >= 2 (a rotation in d = 1 is the identity)")
+            raise ValueError(
+                "the spherical transform needs feature dimension d >= 2 (a rotation in d = 1 is the identity)"
+            )
         finfo = torch.finfo(mu_from.dtype)
         tiny = finfo.tiny
         nf, ok_f = _safe_norm(mu_from, tiny)

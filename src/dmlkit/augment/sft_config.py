@@ -109,8 +109,13 @@ class SFTConfig:
                     f"{_KEY}.name must be null (no augmentation) or one of {AUGMENT_TRANSFORMS} (the transform), "
                     f"got {self.name!r}"
                 ) from None
-        for key, valid in (("scheme", SCHEMES), ("target", TARGET_POLICIES), ("score", SCORES),
-                           ("centers", CENTER_MODES), ("init_centers", CENTER_INITS)):
+        for key, valid in (
+            ("scheme", SCHEMES),
+            ("target", TARGET_POLICIES),
+            ("score", SCORES),
+            ("centers", CENTER_MODES),
+            ("init_centers", CENTER_INITS),
+        ):
             value = getattr(self, key)
             if not isinstance(value, str) or value not in valid:
                 raise ValueError(f"{_KEY}.{key} must be one of {valid}, got {value!r}")
@@ -119,9 +124,14 @@ class SFTConfig:
         if not is_real(self.lam) or not math.isfinite(self.lam) or self.lam < 0:
             raise ValueError(f"{_KEY}.lam must be a finite number >= 0 (the paper uses 0.2), got {self.lam!r}")
         if not is_int(self.start_step) or self.start_step < 0:
-            raise ValueError(f"{_KEY}.start_step must be an int >= 0 (steps before the augmentation starts), "
-                             f"got {self.start_step!r}")
+            raise ValueError(
+                f"{_KEY}.start_step must be an int >= 0 (steps before the augmentation starts), got {self.start_step!r}"
+            )
         if not is_int(self.tail_threshold) or self.tail_threshold < 1:
-            raise ValueError(f"{_KEY}.tail_threshold must be a positive int (samples per class), got {self.tail_threshold!r}")
+            raise ValueError(
+                f"{_KEY}.tail_threshold must be a positive int (samples per class), got {self.tail_threshold!r}"
+            )
         if not is_real(self.alpha) or not 0.0 < float(self.alpha) <= 1.0:
-            raise ValueError(f"{_KEY}.alpha must lie in (0, 1] (Eq. 9 step size; 1 is Eq. 9 as written), got {self.alpha!r}")
+            raise ValueError(
+                f"{_KEY}.alpha must lie in (0, 1] (Eq. 9 step size; 1 is Eq. 9 as written), got {self.alpha!r}"
+            )

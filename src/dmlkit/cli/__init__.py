@@ -36,8 +36,25 @@ Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argpar
 COMMAND_GROUP = "dmlkit.commands"
 
 #: The order ``dmlkit --help`` lists the commands in: from a config to a run, then looking at runs, then serving.
-ORDER = ("train", "pretrain", "floors", "evaluate", "protocol", "sweep", "tune", "data", "report", "gallery", "tensorboard",
-         "embed", "index", "search", "export", "serve", "bench")
+ORDER = (
+    "train",
+    "pretrain",
+    "floors",
+    "evaluate",
+    "protocol",
+    "sweep",
+    "tune",
+    "data",
+    "report",
+    "gallery",
+    "tensorboard",
+    "embed",
+    "index",
+    "search",
+    "export",
+    "serve",
+    "bench",
+)
 
 
 def _in_order(*modules: Any) -> dict[str, Command]:
@@ -62,12 +79,17 @@ def all_commands() -> dict[str, Command]:
         try:
             entry = tuple(point.load())
         except Exception as err:
-            warnings.warn(f"the dmlkit command '{point.name}' ({point.value}) of an installed package failed to load "
-                          f"({type(err).__name__}: {err}); fix or uninstall that package", stacklevel=2)
+            warnings.warn(
+                f"the dmlkit command '{point.name}' ({point.value}) of an installed package failed to load "
+                f"({type(err).__name__}: {err}); fix or uninstall that package",
+                stacklevel=2,
+            )
             continue
         if point.name in found or len(entry) not in (3, 4):
-            raise ValueError(f"the dmlkit command '{point.name}' ({point.value}) is defined twice or is not a "
-                             "(help, add_arguments, run[, after]) tuple")
+            raise ValueError(
+                f"the dmlkit command '{point.name}' ({point.value}) is defined twice or is not a "
+                "(help, add_arguments, run[, after]) tuple"
+            )
         found[point.name] = entry[:3]
         after = entry[3] if len(entry) == 4 else None
         names.insert(names.index(after) + 1 if after in names else len(names), point.name)

@@ -14,7 +14,9 @@ def _data_arguments(data: argparse.ArgumentParser) -> None:
     data_sub.add_parser("list", help="the registered datasets: splits, published size, what this machine holds, source")
     prepare = data_sub.add_parser("prepare", help="download / render and cache a dataset")
     prepare.add_argument("name", help="a dataset of `dmlkit data list`")
-    prepare.add_argument("--root", default=None, help="the folder holding (or to receive) its files; default: the dataset's cache folder")
+    prepare.add_argument(
+        "--root", default=None, help="the folder holding (or to receive) its files; default: the dataset's cache folder"
+    )
     draws = data_sub.add_parser(
         "draws", help="how often the config's batch sampler draws each category's images, against its share of them"
     )
@@ -45,8 +47,9 @@ def _data_draws(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)
     train = build_splits(cfg).train
-    rows = category_draws(build_sampler(cfg, train), train.labels, train.class_categories, args.batches,
-                          train.category_names)
+    rows = category_draws(
+        build_sampler(cfg, train), train.labels, train.class_categories, args.batches, train.category_names
+    )
     print(f"{cfg.name}: sampler {cfg.train.sampler}, {args.batches} batches of {cfg.train.batch_size}")
     print(format_category_draws(rows))
     return 0

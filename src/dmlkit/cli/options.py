@@ -8,7 +8,9 @@ import argparse
 __all__ = ["add_columns", "add_jobs", "add_overrides", "add_quiet", "add_seeds"]
 
 
-def add_overrides(parser: argparse.ArgumentParser, help: str = "override a config value, e.g. --set train.lr=1e-4 (repeatable)") -> None:
+def add_overrides(
+    parser: argparse.ArgumentParser, help: str = "override a config value, e.g. --set train.lr=1e-4 (repeatable)"
+) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=help)
 
 
@@ -26,5 +28,7 @@ def add_columns(parser: argparse.ArgumentParser) -> None:
 
 def add_jobs(parser: argparse.ArgumentParser) -> None:
     """``--jobs`` and ``--reuse-only`` of the commands that train batches of runs."""
-    parser.add_argument("--jobs", type=int, default=1, help="train the missing runs in this many processes (default: 1)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="train the missing runs in this many processes (default: 1)"
+    )
     parser.add_argument("--reuse-only", action="store_true", help="train nothing; tabulate the finished runs")

@@ -17,12 +17,18 @@ def _embed_arguments(embed: argparse.ArgumentParser) -> None:
     source.add_argument("--images", help="a folder of images (class = parent folder) or a list file")
     source.add_argument("--split", help="the images of the run's own split (e.g. test: the classes the run tested on)")
     embed.add_argument("--out", default="embeddings.npy", help="embeddings .npy; paths/labels go to <stem>.meta.json")
-    embed.add_argument("--batch-size", type=int, default=None, help="images per forward pass (default: eval.batch_size)")
+    embed.add_argument(
+        "--batch-size", type=int, default=None, help="images per forward pass (default: eval.batch_size)"
+    )
     embed.add_argument("--chunk-size", type=int, default=4096, help="images per saved chunk (the unit of resume)")
     embed.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
-    embed.add_argument("--on-corrupt", choices=["error", "skip"], default="error",
-                       help="unreadable images: error (list them all and stop) or skip (leave them out, listed in "
-                            "<stem>.skipped.json)")
+    embed.add_argument(
+        "--on-corrupt",
+        choices=["error", "skip"],
+        default="error",
+        help="unreadable images: error (list them all and stop) or skip (leave them out, listed in "
+        "<stem>.skipped.json)",
+    )
     add_quiet(embed, "no progress bar")
 
 
@@ -33,13 +39,28 @@ def _index_arguments(index: argparse.ArgumentParser) -> None:
     build.add_argument("--out", required=True, help="index folder to write")
     mode = build.add_mutually_exclusive_group()
     mode.add_argument("--exact", action="store_true", help="brute force (default)")
-    mode.add_argument("--ivf", nargs="?", const="auto", metavar="N",
-                      help="IVF with N k-means cells (--ivf alone: chosen from the data's size, as the evaluation does)")
-    mode.add_argument("--hnsw", nargs="?", const="auto", metavar="M", help="HNSW with M links per node (--hnsw alone: 32)")
-    build.add_argument("--nprobe", type=int, default=None,
-                       help="IVF cells visited per query (default: the fewest that reach recall@1 0.95 on the data)")
-    build.add_argument("--ef-search", type=int, default=None,
-                       help="HNSW candidates per query (default: the fewest that reach recall@1 0.95 on the data)")
+    mode.add_argument(
+        "--ivf",
+        nargs="?",
+        const="auto",
+        metavar="N",
+        help="IVF with N k-means cells (--ivf alone: chosen from the data's size, as the evaluation does)",
+    )
+    mode.add_argument(
+        "--hnsw", nargs="?", const="auto", metavar="M", help="HNSW with M links per node (--hnsw alone: 32)"
+    )
+    build.add_argument(
+        "--nprobe",
+        type=int,
+        default=None,
+        help="IVF cells visited per query (default: the fewest that reach recall@1 0.95 on the data)",
+    )
+    build.add_argument(
+        "--ef-search",
+        type=int,
+        default=None,
+        help="HNSW candidates per query (default: the fewest that reach recall@1 0.95 on the data)",
+    )
     build.add_argument("--recall-k", type=int, default=10, help="k of the recall@k measured for IVF / HNSW")
     build.add_argument("--recall-sample", type=int, default=1000, help="queries of that measurement")
 
@@ -77,12 +98,25 @@ def _cmd_embed(args: argparse.Namespace) -> int:
         from dmlkit.search.split_images import split_images
 
         images = split_images(args.run, args.split)
-    r = embed_images(args.run, images, args.out, batch_size=args.batch_size, chunk_size=args.chunk_size,
-                     num_workers=args.workers, quiet=args.quiet, on_corrupt=args.on_corrupt)
-    left_out = f"; {r.images_skipped} unreadable image(s) left out, listed in {skipped_path_for(r.embeddings)}" \
-        if args.on_corrupt == "skip" else ""
-    print(f"{r.count} x {r.dim} embeddings -> {r.embeddings} (+ {r.meta.name}); "
-          f"chunks computed {r.chunks_computed}, already done {r.chunks_skipped}{left_out}")
+    r = embed_images(
+        args.run,
+        images,
+        args.out,
+        batch_size=args.batch_size,
+        chunk_size=args.chunk_size,
+        num_workers=args.workers,
+        quiet=args.quiet,
+        on_corrupt=args.on_corrupt,
+    )
+    left_out = (
+        f"; {r.images_skipped} unreadable image(s) left out, listed in {skipped_path_for(r.embeddings)}"
+        if args.on_corrupt == "skip"
+        else ""
+    )
+    print(
+        f"{r.count} x {r.dim} embeddings -> {r.embeddings} (+ {r.meta.name}); "
+        f"chunks computed {r.chunks_computed}, already done {r.chunks_skipped}{left_out}"
+    )
     return 0
 
 

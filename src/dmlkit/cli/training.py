@@ -21,14 +21,22 @@ def _train_arguments(train: argparse.ArgumentParser) -> None:
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint")
     train.add_argument("--run-dir", help="where to write the run (default: OUTPUT_DIR/NAME from the config)")
     add_quiet(train)
-    train.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                       help="a module or .py file registering your own components (added to the config's imports; "
-                            "repeatable)")
+    train.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module or .py file registering your own components (added to the config's imports; repeatable)",
+    )
 
 
 def _pretrain_arguments(pretrain: argparse.ArgumentParser) -> None:
-    pretrain.add_argument("target", help="a config whose model.pretrained names a backbone, or that name (glyphs-resnet20, "
-                                          "glyphs-resnet20@seed1: another pretraining seed)")
+    pretrain.add_argument(
+        "target",
+        help="a config whose model.pretrained names a backbone, or that name (glyphs-resnet20, "
+        "glyphs-resnet20@seed1: another pretraining seed)",
+    )
     add_overrides(pretrain, "override a value of the config (repeatable)")
     pretrain.add_argument("--force", action="store_true", help="train it again even if a valid cached copy exists")
     add_quiet(pretrain)
@@ -47,9 +55,12 @@ def _floors_arguments(floors: argparse.ArgumentParser) -> None:
 def _evaluate_arguments(evaluate: argparse.ArgumentParser) -> None:
     evaluate.add_argument("run", help="a run folder, or a best.pt/last.pt inside one")
     evaluate.add_argument("--split", default="test", help="dataset split to evaluate (default: test)")
-    evaluate.add_argument("--diagnostics", action="store_true",
-                          help="also write diagnostics_<split>.json and geometry plots (SFT r_w, divergences, "
-                               "rotation residuals, spectra; Lemma 3-4 bounds of CE'/CE'' losses)")
+    evaluate.add_argument(
+        "--diagnostics",
+        action="store_true",
+        help="also write diagnostics_<split>.json and geometry plots (SFT r_w, divergences, "
+        "rotation residuals, spectra; Lemma 3-4 bounds of CE'/CE'' losses)",
+    )
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -74,7 +85,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         run_dir = args.run_dir or saved_config_folder(args.config)  # a run's own config.yaml: that run's folder
         if not args.quiet:
-            print(f"dmlkit train: loading {cfg.data.name} and building the model ({cfg.model.backbone})", file=sys.stderr)
+            print(
+                f"dmlkit train: loading {cfg.data.name} and building the model ({cfg.model.backbone})", file=sys.stderr
+            )
         trainer = build_trainer(cfg, run_dir, quiet=args.quiet)
     from dmlkit.engine.signals import TrainingInterrupted
 
@@ -84,7 +97,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"dmlkit train: {stop}", file=sys.stderr)
         return stop.exit_code
     if trainer.fabric.is_global_zero:
-        print_summary(summary, trainer.folder.path, wall_seconds=time.monotonic() - started, resumed_at=trainer.resumed_at)
+        print_summary(
+            summary, trainer.folder.path, wall_seconds=time.monotonic() - started, resumed_at=trainer.resumed_at
+        )
     _close_process_group()
     return 0
 
@@ -112,8 +127,12 @@ def metrics_table(title: str, metrics: dict[str, Any]) -> Any:
     return table
 
 
-def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | None = None,
-                  resumed_at: tuple[int, float] | None = None) -> None:
+def print_summary(
+    summary: dict[str, Any],
+    run_dir: Path,
+    wall_seconds: float | None = None,
+    resumed_at: tuple[int, float] | None = None,
+) -> None:
     """The test metrics of a finished run as a table, in percent as every printed table of dmlkit
     (``summary.json`` and the JSON of ``dmlkit evaluate`` keep fractions). ``resumed_at``: the step and train
     seconds a resumed run continued from, so the train time (of the whole run) and the wall time (of this
@@ -127,9 +146,14 @@ def print_summary(summary: dict[str, Any], run_dir: Path, wall_seconds: float | 
     train = f"train time {summary['train_seconds']:.0f} s"
     if resumed_at is not None:
         train += f", {resumed_at[1]:.0f} s of it before the resume at step {resumed_at[0]}"
-    wall = "" if wall_seconds is None else (
-        f"; wall time {wall_seconds:.0f} s{' of this resume' if resumed_at is not None else ''} with loading, "
-        "evaluation and plots")
+    wall = (
+        ""
+        if wall_seconds is None
+        else (
+            f"; wall time {wall_seconds:.0f} s{' of this resume' if resumed_at is not None else ''} with loading, "
+            "evaluation and plots"
+        )
+    )
     console.print(f"run folder: {run_dir}  ({train}{wall})")
 
 
@@ -147,14 +171,20 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     scores = metrics.get("metrics", metrics)
-    Console(stderr=True).print(metrics_table(f"{Path(args.run).name}: {args.split} metrics in % (stdout: the JSON, "
-                                             "fractions)", scores))
+    Console(stderr=True).print(
+        metrics_table(f"{Path(args.run).name}: {args.split} metrics in % (stdout: the JSON, fractions)", scores)
+    )
     print(json.dumps(metrics, indent=2))
     return 0
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> int:
-    from dmlkit.assemble.pretrained import canonical_pretrained_name, is_pretrained_name, list_pretrained, read_pretrained
+    from dmlkit.assemble.pretrained import (
+        canonical_pretrained_name,
+        is_pretrained_name,
+        list_pretrained,
+        read_pretrained,
+    )
     from dmlkit.config import load_config
     from dmlkit.pretrain import ensure_pretrained, pretrained_name
 
@@ -163,15 +193,19 @@ def _cmd_pretrain(args: argparse.Namespace) -> int:
     else:
         name = pretrained_name(load_config(args.target, args.overrides))
         if name is None:
-            raise ValueError(f"'{args.target}' names no pretrained backbone in model.pretrained; valid names: "
-                             f"{', '.join(list_pretrained())} (each also as <name>@seed<N>)")
+            raise ValueError(
+                f"'{args.target}' names no pretrained backbone in model.pretrained; valid names: "
+                f"{', '.join(list_pretrained())} (each also as <name>@seed<N>)"
+            )
     path = ensure_pretrained(name, quiet=args.quiet, force=args.force)
     entry = read_pretrained(name, path)
     summary, val = entry["summary"], entry["summary"].get("best_val", {})
-    print(f"pretrained backbone '{name}': {path}  (best step {summary.get('best_step')}, val "
-          f"{val.get('metric')} {val.get('value', float('nan')):.4f}, train time {summary.get('train_seconds', 0):.0f} s; "
-          f"tensor checksum {entry['checksum'][:16]}, built with {entry['threads']} thread(s) on {entry['cpu_capability']} "
-          "CPU kernels)")
+    print(
+        f"pretrained backbone '{name}': {path}  (best step {summary.get('best_step')}, val "
+        f"{val.get('metric')} {val.get('value', float('nan')):.4f}, train time {summary.get('train_seconds', 0):.0f} s; "
+        f"tensor checksum {entry['checksum'][:16]}, built with {entry['threads']} thread(s) on {entry['cpu_capability']} "
+        "CPU kernels)"
+    )
     return 0
 
 
@@ -189,8 +223,16 @@ def _cmd_floors(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "train": ("train a model from a YAML config into a run folder", _train_arguments, _cmd_train),
-    "pretrain": ("build (once) the pretrained backbone a config names in model.pretrained", _pretrain_arguments, _cmd_pretrain),
-    "floors": ("scores of a split before any training: raw pixels, the untrained model (and the pretrained backbone, "
-               "not fine-tuned): a table's floor rows", _floors_arguments, _cmd_floors),
+    "pretrain": (
+        "build (once) the pretrained backbone a config names in model.pretrained",
+        _pretrain_arguments,
+        _cmd_pretrain,
+    ),
+    "floors": (
+        "scores of a split before any training: raw pixels, the untrained model (and the pretrained backbone, "
+        "not fine-tuned): a table's floor rows",
+        _floors_arguments,
+        _cmd_floors,
+    ),
     "evaluate": ("evaluate a run folder's best checkpoint", _evaluate_arguments, _cmd_evaluate),
 }

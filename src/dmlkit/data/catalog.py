@@ -76,7 +76,9 @@ def prepare_dataset(name: str, root: str | Path | None = None, **kwargs: Any) ->
 
 def split_options(config: DataConfig, seed: int) -> dict[str, Any]:
     """The keyword arguments every split of ``config``'s dataset is created with (augmentation aside)."""
-    return dict(root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params)
+    return dict(
+        root=config.root, seed=seed, image_size=config.image_size, max_classes=config.max_classes, **config.params
+    )
 
 
 def training_set(config: DataConfig, seed: int = 0) -> tuple[DMLDataset, DMLDataset | None]:
@@ -126,8 +128,15 @@ def dataset_table() -> str:
     for name in list_datasets():
         cls = DATASETS.get(name)
         size = cls.PUBLISHED_SIZE
-        rows.append((name, ", ".join(dataset_splits(name)), f"{size[0]:,}" if size else "-",
-                     f"{size[1]:,}" if size else "-", cls.local_state(name),
-                     cls.SOURCE.replace("NAME", name) or "(the class states no source)"))
+        rows.append(
+            (
+                name,
+                ", ".join(dataset_splits(name)),
+                f"{size[0]:,}" if size else "-",
+                f"{size[1]:,}" if size else "-",
+                cls.local_state(name),
+                cls.SOURCE.replace("NAME", name) or "(the class states no source)",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:5], widths)) + "  " + r[5] for r in rows)

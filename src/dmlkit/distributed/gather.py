@@ -135,7 +135,9 @@ def gather_shards(values: Tensor, indices: Tensor, total: int) -> Tensor:
     exactly one process (e.g. ``shard_indices``); a row held by none raises.
     """
     if values.shape[0] != indices.shape[0]:
-        raise ValueError(f"values has {values.shape[0]} rows but indices has {indices.shape[0]}; pass one index per row")
+        raise ValueError(
+            f"values has {values.shape[0]} rows but indices has {indices.shape[0]}; pass one index per row"
+        )
     all_values = all_gather_no_grad(values)
     all_indices = all_gather_no_grad(indices.to(values.device, torch.int64))
     if all_indices.numel() != total or torch.unique(all_indices).numel() != total:

@@ -32,11 +32,15 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Read a checkpoint written by ``save_checkpoint`` (tensors and plain Python values only)."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint '{path}' does not exist; pass a run folder or a .pt file written by dmlkit train")
+        raise CheckpointError(
+            f"checkpoint '{path}' does not exist; pass a run folder or a .pt file written by dmlkit train"
+        )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises several types for corrupt files
-        raise CheckpointError(f"checkpoint '{path}' could not be read ({err}); it is corrupt or not a dmlkit checkpoint") from err
+        raise CheckpointError(
+            f"checkpoint '{path}' could not be read ({err}); it is corrupt or not a dmlkit checkpoint"
+        ) from err
     if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"'{path}' is not a dmlkit checkpoint of format {FORMAT_VERSION}")
     return state
@@ -45,7 +49,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 def non_finite_entries(state_dict: dict[str, Any]) -> list[str]:
     """Names of the floating-point tensors of ``state_dict`` that hold a NaN or an Inf."""
     return [
-        name for name, value in state_dict.items()
+        name
+        for name, value in state_dict.items()
         if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all())
     ]
 

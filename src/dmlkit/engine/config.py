@@ -76,8 +76,12 @@ def check_train_values(t: TrainConfig) -> None:
         if not is_int(value) or value < low or value > 2**40:
             raise bad(key, value, f"an integer between {low} and 2**40")
     if t.threads is not None and (not is_int(t.threads) or not 1 <= t.threads <= 4096):
-        raise bad("threads", t.threads, "an integer between 1 and 4096 (the run's intra-op CPU threads), or null for the "
-                                        "shell's (OMP_NUM_THREADS, else one per core)")
+        raise bad(
+            "threads",
+            t.threads,
+            "an integer between 1 and 4096 (the run's intra-op CPU threads), or null for the "
+            "shell's (OMP_NUM_THREADS, else one per core)",
+        )
     for key in ("lr", "head_lr", "loss_lr", "grad_clip"):
         value = getattr(t, key)
         if value is None and key != "lr":
@@ -89,7 +93,11 @@ def check_train_values(t: TrainConfig) -> None:
     for key in ("momentum", "plateau_factor", "step_gamma"):
         value = getattr(t, key)
         low_ok = key == "momentum"
-        if not isinstance(value, (int, float)) or not (0 <= value < 1 if low_ok else 0 < value <= 1) or (key == "plateau_factor" and value == 1):
+        if (
+            not isinstance(value, (int, float))
+            or not (0 <= value < 1 if low_ok else 0 < value <= 1)
+            or (key == "plateau_factor" and value == 1)
+        ):
             raise bad(key, value, "in [0, 1)" if low_ok else ("in (0, 1)" if key == "plateau_factor" else "in (0, 1]"))
     if len(t.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in t.betas):
         raise bad("betas", t.betas, "two numbers in [0, 1), e.g. [0.9, 0.99]")
@@ -129,12 +137,16 @@ class EvalConfig:
         if self.embedding not in ("features", "classifier"):
             raise ValueError(f"eval.embedding must be 'features' or 'classifier', got {self.embedding!r}")
         if not self.ks or any(not is_int(k) or k < 1 for k in self.ks):
-            raise ValueError(f"eval.ks must be a non-empty list of positive integers (the K of each R@K), e.g. [1, 2, 4, 8]; got {self.ks!r}")
+            raise ValueError(
+                f"eval.ks must be a non-empty list of positive integers (the K of each R@K), e.g. [1, 2, 4, 8]; got {self.ks!r}"
+            )
         if not is_int(self.batch_size) or self.batch_size < 1:
             raise ValueError(f"eval.batch_size must be a positive integer, got {self.batch_size!r}")
         cap = self.val_max_per_class
         if cap is not None and (not is_int(cap) or cap < 2):
-            raise ValueError(f"eval.val_max_per_class must be an integer >= 2 (images per validation class) or null, got {cap!r}")
+            raise ValueError(
+                f"eval.val_max_per_class must be an integer >= 2 (images per validation class) or null, got {cap!r}"
+            )
 
 
 def check_val_metric(train: TrainConfig, evaluation: EvalConfig, names: list[str]) -> None:

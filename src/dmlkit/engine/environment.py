@@ -25,7 +25,14 @@ import torch
 __all__ = ["PACKAGES", "check_resume", "cpu_capability", "current_environment", "package_versions", "read_environment"]
 
 #: Distributions whose versions a run records (the first installed name of each tuple).
-PACKAGES = (("dmlkit",), ("torch",), ("lightning",), ("pytorch-metric-learning",), ("numpy",), ("faiss-cpu", "faiss-gpu", "faiss"))
+PACKAGES = (
+    ("dmlkit",),
+    ("torch",),
+    ("lightning",),
+    ("pytorch-metric-learning",),
+    ("numpy",),
+    ("faiss-cpu", "faiss-gpu", "faiss"),
+)
 
 
 def package_versions() -> dict[str, str]:
@@ -76,7 +83,9 @@ def read_environment(path: str | Path) -> dict[str, Any] | None:
     try:
         values = json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"'{path}' is not JSON ({err}); it records the run's environment: restore or delete it") from err
+        raise ValueError(
+            f"'{path}' is not JSON ({err}); it records the run's environment: restore or delete it"
+        ) from err
     return values if isinstance(values, dict) else None
 
 
@@ -92,8 +101,12 @@ def check_resume(saved: dict[str, Any], current: dict[str, Any], run_dir: str | 
     before, now = saved.get("world_size"), current["world_size"]
     if before is not None and before != now:
         nodes = int(saved.get("num_nodes") or 1)
-        launch = "dmlkit train" if before == 1 else (
-            f"torchrun {f'--nnodes={nodes} ' if nodes > 1 else ''}--nproc_per_node={before // nodes} -m dmlkit train"
+        launch = (
+            "dmlkit train"
+            if before == 1
+            else (
+                f"torchrun {f'--nnodes={nodes} ' if nodes > 1 else ''}--nproc_per_node={before // nodes} -m dmlkit train"
+            )
         )
         raise ValueError(
             f"run '{run_dir}' was trained by {before} process(es) and this resume has {now}: each process normalises "
@@ -101,4 +114,6 @@ def check_resume(saved: dict[str, Any], current: dict[str, Any], run_dir: str | 
             f"than the uninterrupted run. Resume it with: {launch} --resume {run_dir} "
             "(or start a new run with this process count)"
         )
-    return {key: [saved.get(key), current.get(key)] for key in _COMPARED if key in saved and saved[key] != current.get(key)}
+    return {
+        key: [saved.get(key), current.get(key)] for key in _COMPARED if key in saved and saved[key] != current.get(key)
+    }

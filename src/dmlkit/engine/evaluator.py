@@ -53,7 +53,9 @@ class Evaluator:
     def embed(self, dataset: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Embeddings and labels of ``dataset`` in dataset order, on the CPU (several processes: gathered)."""
         if self._single:
-            return embed_dataset(self.model(), dataset, self.cfg.batch_size, self.fabric.device, num_workers=self.num_workers)
+            return embed_dataset(
+                self.model(), dataset, self.cfg.batch_size, self.fabric.device, num_workers=self.num_workers
+            )
         return self._gathered(self.embed_shard(dataset), len(dataset))
 
     def embed_shard(self, dataset: Any) -> Shard:
@@ -90,17 +92,31 @@ class Evaluator:
         embeddings, labels = gathered if gathered is not None else (None, None)
         return metrics, embeddings, labels
 
-    def _sharded_metrics(self, shard: Shard, reference: Any, with_clustering: bool,
-                         gathered: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, float]:
+    def _sharded_metrics(
+        self,
+        shard: Shard,
+        reference: Any,
+        with_clustering: bool,
+        gathered: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> dict[str, float]:
         refs = self.embed_shard(reference) if reference is not None else (None, None, None)
-        return evaluate_embedding_shards(*shard, *refs, ks=tuple(self.cfg.ks), clustering=with_clustering,
-                                         seed=self.seed, gathered=gathered)
+        return evaluate_embedding_shards(
+            *shard, *refs, ks=tuple(self.cfg.ks), clustering=with_clustering, seed=self.seed, gathered=gathered
+        )
 
-    def _metrics(self, embeddings: torch.Tensor, labels: torch.Tensor, reference: Any,
-                 with_clustering: bool) -> dict[str, float]:
+    def _metrics(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, reference: Any, with_clustering: bool
+    ) -> dict[str, float]:
         refs = self.embed(reference) if reference is not None else (None, None)
-        return evaluate_embeddings(embeddings, labels, *refs, ks=tuple(self.cfg.ks), clustering=with_clustering,
-                                   seed=self.seed, search_device=self._search_device())
+        return evaluate_embeddings(
+            embeddings,
+            labels,
+            *refs,
+            ks=tuple(self.cfg.ks),
+            clustering=with_clustering,
+            seed=self.seed,
+            search_device=self._search_device(),
+        )
 
 
 def validation_score(metrics: dict[str, float], metric: str, step: int, dataset: Any) -> float:

@@ -24,7 +24,9 @@ def check_execution(model: nn.Module, channels_last: bool, compile_model: bool) 
             "convolutions' maps), but this model has no nn.Conv2d; set train.channels_last: false"
         )
     if compile_model and not hasattr(torch, "compile"):
-        raise ValueError(f"train.compile: true needs torch >= 2.0 (this is {torch.__version__}); set train.compile: false")
+        raise ValueError(
+            f"train.compile: true needs torch >= 2.0 (this is {torch.__version__}); set train.compile: false"
+        )
 
 
 def prepare_model(model: nn.Module, channels_last: bool, compile_model: bool) -> nn.Module:

@@ -50,11 +50,15 @@ def torchrun_world(env: Mapping[str, str] | None = None) -> tuple[int, int] | No
     try:
         world, local = int(env["WORLD_SIZE"]), int(env["LOCAL_WORLD_SIZE"])
     except ValueError:
-        raise ValueError(f"WORLD_SIZE={env['WORLD_SIZE']!r} / LOCAL_WORLD_SIZE={env['LOCAL_WORLD_SIZE']!r} are not integers; launch with torchrun") from None
+        raise ValueError(
+            f"WORLD_SIZE={env['WORLD_SIZE']!r} / LOCAL_WORLD_SIZE={env['LOCAL_WORLD_SIZE']!r} are not integers; launch with torchrun"
+        ) from None
     if world <= 1:
         return None
     if local < 1 or world % local:
-        raise ValueError(f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}; use the same --nproc_per_node on every node")
+        raise ValueError(
+            f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE={local}; use the same --nproc_per_node on every node"
+        )
     return local, world // local
 
 

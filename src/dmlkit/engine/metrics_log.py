@@ -48,7 +48,8 @@ class MetricsLog:
                     ) from err
                 warnings.warn(
                     f"'{self.path}' line {number} is torn (a write was cut off: {err}); dropping that line",
-                    RuntimeWarning, stacklevel=2,
+                    RuntimeWarning,
+                    stacklevel=2,
                 )
         return records
 

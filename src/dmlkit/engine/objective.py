@@ -41,7 +41,9 @@ class MetricLossTerm(ObjectiveTerm):
 
     is_metric_loss = True
 
-    def __init__(self, loss: nn.Module, miner: nn.Module | None = None, weight: float = 1.0, name: str = "metric") -> None:
+    def __init__(
+        self, loss: nn.Module, miner: nn.Module | None = None, weight: float = 1.0, name: str = "metric"
+    ) -> None:
         super().__init__(name, weight)
         self.loss = loss
         self.miner = miner

@@ -14,8 +14,15 @@ import torch.distributed as dist
 
 __all__ = ["PeerProcessLost", "is_peer_failure"]
 
-_PEER_MESSAGES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator",
-                  "NCCL error", "Socket Timeout", "connection refused")
+_PEER_MESSAGES = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "NCCL communicator",
+    "NCCL error",
+    "Socket Timeout",
+    "connection refused",
+)
 
 
 class PeerProcessLost(RuntimeError):

@@ -24,8 +24,9 @@ def shard_sampler(sampler: Any, fabric: Any) -> Any:
     return ShardedBatchSampler(sampler, fabric.global_rank, fabric.world_size)
 
 
-def global_batch(fabric: Any, embeddings: torch.Tensor, labels: torch.Tensor,
-                 batch: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+def global_batch(
+    fabric: Any, embeddings: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Embeddings (with gradient), labels and the encoder's extra tensors (``batch["extras"]``, replaced in
     ``batch``) of every process's slice, in global-batch order."""
     if fabric.world_size == 1:

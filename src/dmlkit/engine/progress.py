@@ -24,8 +24,14 @@ HEARTBEAT_SECONDS = 30.0
 class TrainingProgress:
     """Shows progress on a terminal; on a pipe it prints a line per validation and a heartbeat line between."""
 
-    def __init__(self, total: int, start: int = 0, quiet: bool = False, console: Console | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        total: int,
+        start: int = 0,
+        quiet: bool = False,
+        console: Console | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         require("rich", "train", "the training progress bar")
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -22,8 +22,14 @@ __all__ = ["finished_summary", "kept_checkpoint", "open_run_folder", "peer_lost"
 Resume = tuple[dict[str, Any] | None, dict[str, list[Any]]]  # the recorded environment, what differs now
 
 
-def open_run_folder(folder: RunFolder, environment: dict[str, Any], config_text: str, resuming: bool,
-                    is_global_zero: bool, records: dict[str, Any] | None = None) -> Resume | None:
+def open_run_folder(
+    folder: RunFolder,
+    environment: dict[str, Any],
+    config_text: str,
+    resuming: bool,
+    is_global_zero: bool,
+    records: dict[str, Any] | None = None,
+) -> Resume | None:
     """Lock ``folder`` for a fresh start (returns None) or for a continuation from ``last.pt`` (returns the
     recorded environment and what differs from it now). Only rank 0 writes the folder; a fresh start writes
     ``records`` (``{file name: JSON content}``) beside the config."""
@@ -45,8 +51,13 @@ def open_run_folder(folder: RunFolder, environment: dict[str, Any], config_text:
     return None
 
 
-def record_resume(folder: RunFolder, saved: dict[str, Any] | None, differences: dict[str, list[Any]],
-                  environment: dict[str, Any], step: int) -> None:
+def record_resume(
+    folder: RunFolder,
+    saved: dict[str, Any] | None,
+    differences: dict[str, list[Any]],
+    environment: dict[str, Any],
+    step: int,
+) -> None:
     """Append this resume to ``environment.json`` (warning about a changed device, thread count or versions)."""
     if saved is None:  # a run folder of a dmlkit that recorded no environment
         return
@@ -54,7 +65,9 @@ def record_resume(folder: RunFolder, saved: dict[str, Any] | None, differences: 
         changed = "; ".join(f"{key}: {before} -> {now}" for key, (before, now) in differences.items())
         warnings.warn(
             f"resuming '{folder.path}' at step {step} in another environment ({changed}); the run continues, "
-            "but its last digits may differ from an uninterrupted run", RuntimeWarning, stacklevel=3,
+            "but its last digits may differ from an uninterrupted run",
+            RuntimeWarning,
+            stacklevel=3,
         )
     resumes = [*saved.get("resumes", []), {"step": step, **{k: environment[k] for k in differences}}]
     write_json_atomic(folder.environment, {**saved, "resumes": resumes})
@@ -67,7 +80,8 @@ def finished_summary(folder: RunFolder, is_global_zero: bool) -> dict[str, Any]:
         warnings.warn(
             f"run folder '{folder.path}' holds a finished run ({summary.get('steps')} steps, summary.json); "
             f"--resume has nothing to do. Evaluate it with: dmlkit evaluate {folder.path}",
-            RuntimeWarning, stacklevel=4,
+            RuntimeWarning,
+            stacklevel=4,
         )
     return summary
 

@@ -50,7 +50,9 @@ class RunFolder:
     summary = property(lambda self: self.path / "summary.json")
     plots = property(lambda self: self.path / "plots")
     environment = property(lambda self: self.path / "environment.json")
-    tensorboard = property(lambda self: self.path / "tensorboard")  # train.tensorboard's events, dmlkit tensorboard's projector
+    tensorboard = property(
+        lambda self: self.path / "tensorboard"
+    )  # train.tensorboard's events, dmlkit tensorboard's projector
 
     def start_new(self, config_text: str, own_config: bool = False, records: tuple[str, ...] = ()) -> None:
         """Create and lock the folder of a fresh run and clear what an unstarted run left; refuse to overwrite a run.
@@ -104,7 +106,8 @@ class RunFolder:
             f"run folder '{self.path}' holds a run that stopped before its first checkpoint "
             f"({self._last_logged_step()}); starting it again from step 0"
             + (" with its config.yaml" if own_config else ""),
-            RuntimeWarning, stacklevel=3,
+            RuntimeWarning,
+            stacklevel=3,
         )
         for leftover in (self.metrics, self.environment, *(self.path / name for name in records)):
             leftover.unlink(missing_ok=True)
@@ -194,7 +197,6 @@ class RunFolder:
                 f"only {free / 2**20:.0f} MiB free under '{self.path}', at least {MIN_FREE_BYTES / 2**20:.0f} MiB "
                 "are needed for checkpoints; free some space or choose another output_dir"
             )
-
 
     def check_space(self, needed_bytes: int) -> None:
         """Raise before training when the disk under the run folder has less than ``needed_bytes`` free

@@ -52,8 +52,11 @@ def summary_writer(log_dir: str | Path, purpose: str, **kwargs: Any) -> Any:
 def record_scalars(record: dict[str, Any]) -> dict[str, float]:
     """The curves of a ``metrics.jsonl`` record (or of a step's outputs, or of a validation's metrics): its numbers
     but ``NOT_SCALARS``, by name."""
-    return {k: float(v) for k, v in record.items()
-            if k not in NOT_SCALARS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: float(v)
+        for k, v in record.items()
+        if k not in NOT_SCALARS and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 class TensorBoardLogger(Callback):

@@ -49,7 +49,12 @@ class EpochLoader:
             if self.persistent:
                 self.train.share_epoch()
             self.batches = SkipBatches(self.batch_sampler, 0)
-            self.loader = DataLoader(self.train, batch_sampler=self.batches, num_workers=self.num_workers,
-                                     pin_memory=self.pin_memory, persistent_workers=self.persistent)
+            self.loader = DataLoader(
+                self.train,
+                batch_sampler=self.batches,
+                num_workers=self.num_workers,
+                pin_memory=self.pin_memory,
+                persistent_workers=self.persistent,
+            )
         self.batches.skip = skip  # read when the epoch's iteration starts, in this process
         return self.loader

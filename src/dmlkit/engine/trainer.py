@@ -25,7 +25,13 @@ import torch
 from torch import nn
 
 from dmlkit.engine.callbacks import Callback
-from dmlkit.engine.checkpoint import CheckpointWriteError, load_checkpoint, load_model_state, non_finite_entries, save_checkpoint
+from dmlkit.engine.checkpoint import (
+    CheckpointWriteError,
+    load_checkpoint,
+    load_model_state,
+    non_finite_entries,
+    save_checkpoint,
+)
 from dmlkit.engine.config import EvalConfig, TrainConfig, check_val_metric
 from dmlkit.engine.environment import current_environment
 from dmlkit.engine.evaluator import Evaluator, validation_score
@@ -37,7 +43,14 @@ from dmlkit.engine.parts import RunParts
 from dmlkit.engine.peers import is_peer_failure
 from dmlkit.engine.processes import global_batch, shard_sampler, signal_anywhere
 from dmlkit.engine.progress import TrainingProgress
-from dmlkit.engine.resume import finished_summary, kept_checkpoint, open_run_folder, peer_lost, record_resume, resume_command
+from dmlkit.engine.resume import (
+    finished_summary,
+    kept_checkpoint,
+    open_run_folder,
+    peer_lost,
+    record_resume,
+    resume_command,
+)
 from dmlkit.engine.run_folder import RunFolder
 from dmlkit.engine.signals import StopSignals, TrainingInterrupted, estimate_checkpoint_bytes
 from dmlkit.engine.tensorboard import TensorBoardLogger
@@ -76,8 +89,14 @@ class Trainer:
     """Runs one experiment's parts into a run folder; ``fit()`` returns the summary it writes."""
 
     def __init__(
-        self, train: TrainConfig, evaluation: EvalConfig, run_dir: str | Path, parts: RunParts,
-        callbacks: list[Callback] = (), quiet: bool = False, resuming: bool = False,
+        self,
+        train: TrainConfig,
+        evaluation: EvalConfig,
+        run_dir: str | Path,
+        parts: RunParts,
+        callbacks: list[Callback] = (),
+        quiet: bool = False,
+        resuming: bool = False,
     ) -> None:
         check_val_metric(train, evaluation, metric_names(evaluation.ks))  # before the run folder is made
         check_precision(train)
@@ -86,7 +105,11 @@ class Trainer:
         self.train_cfg, self.eval_cfg, self.parts = train, evaluation, parts
         self.folder = RunFolder(run_dir)
         # the TensorBoard logger comes last, so it sees what the other callbacks add to a step's outputs
-        self.callbacks = [*parts.callbacks, *callbacks, *([TensorBoardLogger(train.log_every)] if train.tensorboard else [])]
+        self.callbacks = [
+            *parts.callbacks,
+            *callbacks,
+            *([TensorBoardLogger(train.log_every)] if train.tensorboard else []),
+        ]
         self.quiet = quiet
         self.resuming = resuming
         self.plots = parts.plots
@@ -116,12 +139,14 @@ class Trainer:
         self._launch()
         if self._on_gpu():  # fixed image sizes: let cuDNN pick the fastest convolution algorithms
             torch.backends.cudnn.benchmark = True
-        environment = current_environment(self.fabric.world_size, getattr(self.fabric.strategy, "num_nodes", 1),
-                                          self.fabric.device, t.precision)
+        environment = current_environment(
+            self.fabric.world_size, getattr(self.fabric.strategy, "num_nodes", 1), self.fabric.device, t.precision
+        )
         if parts.pretrained is not None:  # the weights fine-tuned from: protocols pair runs only on the same ones
             environment["pretrained"] = parts.pretrained
-        resume = open_run_folder(self.folder, environment, parts.config_text, self.resuming, self.fabric.is_global_zero,
-                                 parts.records)
+        resume = open_run_folder(
+            self.folder, environment, parts.config_text, self.resuming, self.fabric.is_global_zero, parts.records
+        )
         self.fabric.barrier()
         groups = exclude_from_weight_decay(parts.param_groups, parts.model, parts.objective)  # no_weight_decay()
         optimizer = build_optimizer(groups, t)
@@ -134,16 +159,24 @@ class Trainer:
         for name in parts.forward_methods:  # model methods besides forward that parts.encode calls
             self.model.mark_forward_method(name)
         self.objective = self.fabric.to_device(parts.objective)
-        self.evaluator = Evaluator(self.fabric, self.eval_cfg, self.eval_model,
-                                   lambda: self.parts.eval_model(self.model.module), parts.seed, parts.num_workers)
+        self.evaluator = Evaluator(
+            self.fabric,
+            self.eval_cfg,
+            self.eval_model,
+            lambda: self.parts.eval_model(self.model.module),
+            parts.seed,
+            parts.num_workers,
+        )
         self.sampler = shard_sampler(self.sampler, self.fabric)
         self.loader = EpochLoader(self.splits.train, self.sampler, parts.num_workers, pin_memory=self._on_gpu())
         self.log = MetricsLog(self.folder.metrics, write=self.fabric.is_global_zero)
         if resume is not None:
             self._load_last()
             self.resumed_at = (self.state.step, self.state.elapsed)
-            self._say(f"resuming from step {self.state.step} of {t.max_steps} ({self.folder.last_checkpoint.name}, "
-                      f"{self.state.elapsed:.0f} s trained before)")
+            self._say(
+                f"resuming from step {self.state.step} of {t.max_steps} ({self.folder.last_checkpoint.name}, "
+                f"{self.state.elapsed:.0f} s trained before)"
+            )
             if self.fabric.is_global_zero:
                 record_resume(self.folder, *resume, environment, self.state.step)
 
@@ -169,7 +202,9 @@ class Trainer:
         self.sampler.load_state_dict(ckpt["sampler"])
         self.stopper.load_state_dict(ckpt["early_stopping"])
         loop = ckpt["loop"]
-        self.state = LoopState(step=loop["step"], epoch=loop["epoch"], batch_in_epoch=loop["batch_in_epoch"], elapsed=loop["elapsed"])
+        self.state = LoopState(
+            step=loop["step"], epoch=loop["epoch"], batch_in_epoch=loop["batch_in_epoch"], elapsed=loop["elapsed"]
+        )
         self.log.truncate_after(self.state.step)
         self.state.history = [r for r in self.log.read() if r.get("split") == "val"]
 
@@ -182,7 +217,9 @@ class Trainer:
             t = self.train_cfg
             for cb in self.callbacks:
                 cb.on_train_start(self)
-            progress = TrainingProgress(total=t.max_steps, start=self.state.step, quiet=self.quiet or not self.fabric.is_global_zero)
+            progress = TrainingProgress(
+                total=t.max_steps, start=self.state.step, quiet=self.quiet or not self.fabric.is_global_zero
+            )
             with StopSignals() as self.signals:  # SIGTERM/SIGINT: save last.pt, then stop
                 with progress:
                     while self.state.step < t.max_steps and not self.stopper.should_stop:
@@ -224,7 +261,9 @@ class Trainer:
             started = time.perf_counter()
             progress.advance(outputs["loss"])
             if s.step % t.log_every == 0:
-                self.log.append({"split": "train", "step": s.step, "epoch": s.epoch, **outputs, "elapsed": round(s.elapsed, 3)})
+                self.log.append(
+                    {"split": "train", "step": s.step, "epoch": s.epoch, **outputs, "elapsed": round(s.elapsed, 3)}
+                )
             if s.step % t.val_every == 0 or s.step == t.max_steps:
                 score = self._validate()
                 progress.show_validation(t.val_metric, score)
@@ -257,7 +296,9 @@ class Trainer:
 
     def _check_finite_weights(self) -> None:
         """Raise ``NonFiniteWeightsError`` when a weight or buffer of the model or the objective is NaN or Inf."""
-        bad = non_finite_entries(self.model.state_dict()) + [f"objective {k}" for k in non_finite_entries(self.objective.state_dict())]
+        bad = non_finite_entries(self.model.state_dict()) + [
+            f"objective {k}" for k in non_finite_entries(self.objective.state_dict())
+        ]
         if bad:
             raise NonFiniteWeightsError(
                 f"the weights became non-finite by step {self.state.step} (NaN or Inf in {', '.join(bad[:5])}"
@@ -299,7 +340,10 @@ class Trainer:
         self.optimizer.step()
         if self.scheduler is not None and self.train_cfg.schedule == "step":
             self.scheduler.step()
-        outputs = {"loss": float(total.detach()), **({f"loss/{k}": v for k, v in terms.items()} if len(terms) > 1 else {})}
+        outputs = {
+            "loss": float(total.detach()),
+            **({f"loss/{k}": v for k, v in terms.items()} if len(terms) > 1 else {}),
+        }
         outputs["lr"] = self.optimizer.param_groups[0]["lr"]
         for cb in self.callbacks:
             cb.on_batch_end(self, batch, outputs)
@@ -327,7 +371,15 @@ class Trainer:
         self.log.append(record)
         s.history.append(record)
         if improved:
-            self._save(self.folder.best_checkpoint, {"model": self.model.state_dict(), "objective": self.objective.state_dict(), "step": s.step, "metrics": metrics})
+            self._save(
+                self.folder.best_checkpoint,
+                {
+                    "model": self.model.state_dict(),
+                    "objective": self.objective.state_dict(),
+                    "step": s.step,
+                    "metrics": metrics,
+                },
+            )
         self._save(self.folder.last_checkpoint, self._checkpoint_state())
         for cb in self.callbacks:
             cb.on_validation_end(self, metrics)
@@ -348,8 +400,12 @@ class Trainer:
         self.restore_best()
         test: dict[str, float] = {}
         if self.eval_cfg.test:
-            self._say(f"testing the best weights (step {self.stopper.best_step}) on {len(self.splits.test)} test images")
-            test, embeddings, labels = self.evaluator.test(self.splits.test, self.splits.reference, keep_embeddings=self.plots)
+            self._say(
+                f"testing the best weights (step {self.stopper.best_step}) on {len(self.splits.test)} test images"
+            )
+            test, embeddings, labels = self.evaluator.test(
+                self.splits.test, self.splits.reference, keep_embeddings=self.plots
+            )
             self.log.append({"split": "test", "step": self.state.step, **test})
             self._test_embeddings = (embeddings, labels)
         return {
@@ -381,4 +437,3 @@ class Trainer:
             return
         plots.embedding_projection(embeddings, labels, self.folder.plots / "test_embeddings_pca.png")
         plots.distance_histogram(embeddings, labels, self.folder.plots / "test_distances.png", seed=self.parts.seed)
-

@@ -34,4 +34,6 @@ class WarmupConfig:
 
     def __post_init__(self) -> None:
         if not is_int(self.steps) or self.steps < 0:
-            raise ValueError(f"methods.warmup.steps must be an int >= 0 (steps training only the head), got {self.steps!r}")
+            raise ValueError(
+                f"methods.warmup.steps must be an int >= 0 (steps training only the head), got {self.steps!r}"
+            )

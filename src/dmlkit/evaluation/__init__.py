@@ -34,7 +34,15 @@ Nothing here imports training code.
 """
 
 from dmlkit.evaluation.approx_index import (
-    IndexPlan, TunePoint, build_index, default_nlist, load_index, plan_index, recall_at_1, tune_search, wilson_lower,
+    IndexPlan,
+    TunePoint,
+    build_index,
+    default_nlist,
+    load_index,
+    plan_index,
+    recall_at_1,
+    tune_search,
+    wilson_lower,
 )
 from dmlkit.evaluation.clustering import clustering_metrics, kmeans_assign, nmi, pairwise_f1
 from dmlkit.evaluation.evaluate_embeddings import evaluate_embedding_shards, evaluate_embeddings
@@ -43,14 +51,20 @@ from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, KNNResult, knn_search
 from dmlkit.evaluation.knn_device import DEVICE_BLOCK_BYTES, device_knn_search
 from dmlkit.evaluation.zero_shot import per_class_means, zero_shot_attribute_eval
 from dmlkit.evaluation.metric_registry import (
-    RetrievalMetric, register_retrieval_metric, retrieval_metric_list, unregister_retrieval_metric,
+    RetrievalMetric,
+    register_retrieval_metric,
+    retrieval_metric_list,
+    unregister_retrieval_metric,
 )
 from dmlkit.evaluation.metric_values import MetricSums, metric_names, per_query_values, short_metric_name
 from dmlkit.evaluation.relevance import Relevance, relevance, undefined_metrics
 from dmlkit.evaluation.retrieval import metrics_from_neighbours, retrieval_metrics
 from dmlkit.evaluation.sharded import MIN_BLOCK_ROWS, sharded_retrieval_metrics
 from dmlkit.evaluation.streaming import (
-    APPROX_METHODS, clustering_metrics_from_file, nearest_distances_from_file, retrieval_metrics_from_file,
+    APPROX_METHODS,
+    clustering_metrics_from_file,
+    nearest_distances_from_file,
+    retrieval_metrics_from_file,
 )
 from dmlkit.evaluation.verification import (
     best_threshold,
@@ -118,8 +132,16 @@ __all__ = [
     "per_class_means",
 ]
 
-_GEOMETRY = ("geometry_report", "class_means", "scatter_matrices", "r_w", "r_w_curve", "class_divergences",
-                  "rotation_residuals", "covariance_spectra")
+_GEOMETRY = (
+    "geometry_report",
+    "class_means",
+    "scatter_matrices",
+    "r_w",
+    "r_w_curve",
+    "class_divergences",
+    "rotation_residuals",
+    "covariance_spectra",
+)
 _PCC = ("pcc_diagnostics", "pcc_embedding", "prototype_cover_delta", "prototype_histogram", "nearest_prototype")
 _MOVED = {**{n: "dmlkit_lab.evaluation.geometry" for n in _GEOMETRY}, **{n: "dmlkit_lab.evaluation.pcc" for n in _PCC}}
 

@@ -53,14 +53,25 @@ from dmlkit.extras import require
 from dmlkit.validation import is_int
 
 __all__ = [
-    "APPROX_METHODS", "IndexPlan", "TunePoint", "default_nlist", "plan_index", "build_index", "load_index", "recall_at_1", "tune_search",
+    "APPROX_METHODS",
+    "IndexPlan",
+    "TunePoint",
+    "default_nlist",
+    "plan_index",
+    "build_index",
+    "load_index",
+    "recall_at_1",
+    "tune_search",
     "wilson_lower",
 ]
 
 APPROX_METHODS = ("ivf", "ivf_sq8", "hnsw")
 _IVF = ("ivf", "ivf_sq8")
-_PARAMS = {"ivf": ("nlist", "nprobe", "train_size"), "ivf_sq8": ("nlist", "nprobe", "train_size", "rerank"),
-           "hnsw": ("M", "efConstruction", "efSearch")}
+_PARAMS = {
+    "ivf": ("nlist", "nprobe", "train_size"),
+    "ivf_sq8": ("nlist", "nprobe", "train_size", "rerank"),
+    "hnsw": ("M", "efConstruction", "efSearch"),
+}
 _HNSW_LADDER = (16, 23, 32, 45, 64, 91, 128, 181, 256, 362, 512, 724, 1024, 1448, 2048)
 #: Relative tolerance of "at the exact nearest distance" (float32 distances of faiss vs the exact search).
 RECALL_RTOL = 1e-5
@@ -108,7 +119,9 @@ def plan_index(n: int, method: str, params: Mapping[str, Any] | None = None) -> 
     params = dict(params or {})
     unknown = sorted(set(params) - set(_PARAMS[method]))
     if unknown:
-        raise ValueError(f"approx_params {unknown} do not apply to {method!r}; its parameters are {list(_PARAMS[method])}")
+        raise ValueError(
+            f"approx_params {unknown} do not apply to {method!r}; its parameters are {list(_PARAMS[method])}"
+        )
     values = {k: _positive_int(k, v) for k, v in params.items()}
     if method in _IVF:
         nlist = values.get("nlist", default_nlist(n))
@@ -116,13 +129,24 @@ def plan_index(n: int, method: str, params: Mapping[str, Any] | None = None) -> 
             raise ValueError(f"approx_params['nlist'] = {nlist} exceeds the {n} rows; choose at most sqrt(n) lists")
         train = min(n, values.get("train_size", 40 * nlist))
         if train < nlist:
-            raise ValueError(f"approx_params['train_size'] = {train} is below nlist = {nlist}; train on at least one row per list")
+            raise ValueError(
+                f"approx_params['train_size'] = {train} is below nlist = {nlist}; train on at least one row per list"
+            )
         probe = values.get("nprobe")
         rerank = values.get("rerank", 4) if method == "ivf_sq8" else 0
-        return IndexPlan(method, nlist=nlist, train_size=train, search_param=None if probe is None else min(probe, nlist),
-                         rerank=rerank if rerank > 1 else 0)
-    return IndexPlan(method, M=values.get("M", 32), ef_construction=values.get("efConstruction", 40),
-                     search_param=values.get("efSearch"))
+        return IndexPlan(
+            method,
+            nlist=nlist,
+            train_size=train,
+            search_param=None if probe is None else min(probe, nlist),
+            rerank=rerank if rerank > 1 else 0,
+        )
+    return IndexPlan(
+        method,
+        M=values.get("M", 32),
+        ef_construction=values.get("efConstruction", 40),
+        search_param=values.get("efSearch"),
+    )
 
 
 def build_index(plan: IndexPlan, rows: Callable[[int, int], np.ndarray], n: int, d: int, block: int, seed: int) -> Any:
@@ -134,7 +158,9 @@ def build_index(plan: IndexPlan, rows: Callable[[int, int], np.ndarray], n: int,
         if plan.method == "ivf":
             index = faiss.IndexIVFFlat(quantizer, d, plan.nlist, faiss.METRIC_L2)
         else:
-            index = faiss.IndexIVFScalarQuantizer(quantizer, d, plan.nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_L2)
+            index = faiss.IndexIVFScalarQuantizer(
+                quantizer, d, plan.nlist, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_L2
+            )
         index.cp.seed = int(seed)
         index.cp.min_points_per_centroid = 1  # the train_size rule above; no warning noise on small data
         picks = np.sort(np.random.default_rng(seed).choice(n, size=plan.train_size, replace=False))
@@ -167,12 +193,16 @@ def load_index(path: str | Path, n: int, d: int) -> Any:
     path = Path(path)
     file = path / "index.faiss" if path.is_dir() else path
     if not file.is_file():
-        raise ValueError(f"index '{path}' does not exist; build one with `dmlkit index build EMBEDDINGS.npy --out DIR` "
-                         "or leave index_file unset to build it here")
+        raise ValueError(
+            f"index '{path}' does not exist; build one with `dmlkit index build EMBEDDINGS.npy --out DIR` "
+            "or leave index_file unset to build it here"
+        )
     try:
         index = faiss.read_index(str(file))
     except RuntimeError as err:
-        raise ValueError(f"'{file}' is not a faiss index ({str(err).splitlines()[0]}); rebuild it with dmlkit index build") from err
+        raise ValueError(
+            f"'{file}' is not a faiss index ({str(err).splitlines()[0]}); rebuild it with dmlkit index build"
+        ) from err
     if index.d != d or index.ntotal != n:
         raise ValueError(
             f"index '{file}' holds {index.ntotal} vectors of dimension {index.d} but the embeddings are {n} x {d}: "
@@ -225,8 +255,9 @@ def set_search_param(index: Any, value: int) -> None:
         ivf.nprobe = min(int(value), int(ivf.nlist))
 
 
-def search_neighbours(index: Any, queries: np.ndarray, query_ids: np.ndarray, k: int, gallery: np.ndarray | None = None,
-                      rerank: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def search_neighbours(
+    index: Any, queries: np.ndarray, query_ids: np.ndarray, k: int, gallery: np.ndarray | None = None, rerank: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """``k`` nearest rows of each query other than itself: ``(squared distances, ids)``, missing ones ``(inf, -1)``.
 
     With ``rerank > 1`` and the indexed rows ``gallery``, ``rerank (k + 1)`` candidates are fetched and
@@ -253,8 +284,9 @@ def search_neighbours(index: Any, queries: np.ndarray, query_ids: np.ndarray, k:
     return dist, np.where(np.isfinite(dist), idx, -1)
 
 
-def recall_at_1(index: Any, gallery: np.ndarray, queries: np.ndarray, query_ids: np.ndarray, exact_d2: np.ndarray,
-                rerank: int = 0) -> float:
+def recall_at_1(
+    index: Any, gallery: np.ndarray, queries: np.ndarray, query_ids: np.ndarray, exact_d2: np.ndarray, rerank: int = 0
+) -> float:
     """Fraction of queries whose approximate nearest other row is at the exact nearest squared distance ``exact_d2``.
 
     The distance of the row the index returns is recomputed in float64 from ``gallery`` (the indexed rows,
@@ -287,8 +319,16 @@ class TunePoint:
     lower: float
 
 
-def tune_search(index: Any, gallery: np.ndarray, queries: np.ndarray, query_ids: np.ndarray, exact_d2: np.ndarray,
-                target_recall: float = 0.95, confidence: float = 0.95, rerank: int = 0) -> tuple[int, list[TunePoint]]:
+def tune_search(
+    index: Any,
+    gallery: np.ndarray,
+    queries: np.ndarray,
+    query_ids: np.ndarray,
+    exact_d2: np.ndarray,
+    target_recall: float = 0.95,
+    confidence: float = 0.95,
+    rerank: int = 0,
+) -> tuple[int, list[TunePoint]]:
     """The cheapest ladder value whose recall@1 reaches ``target_recall`` with ``confidence``, and the curve tried.
 
     "Reaches" means that the one-sided Wilson lower bound (:func:`wilson_lower`) of the recall measured on

@@ -125,9 +125,7 @@ def pairwise_f1(labels_true: object, labels_pred: object) -> float:
     return float(2.0 * precision * recall / (precision + recall))
 
 
-def kmeans_assign(
-    embeddings: object, n_clusters: int, seed: int = 0, niter: int = 20, nredo: int = 1
-) -> np.ndarray:
+def kmeans_assign(embeddings: object, n_clusters: int, seed: int = 0, niter: int = 20, nredo: int = 1) -> np.ndarray:
     """Cluster index of every row after faiss k-means (``niter`` iterations, best
     of ``nredo`` seeded runs by k-means objective). Needs the ``faiss`` extra."""
     faiss = require("faiss", "faiss", "k-means of the clustering metrics (NMI, F1)")
@@ -140,15 +138,19 @@ def kmeans_assign(
     x = np.ascontiguousarray(x, dtype=np.float32)
     if not np.isfinite(x).all():
         raise ValueError(
-            "embeddings contains NaN or infinite values; check the model output "
-            "or drop those rows before evaluating."
+            "embeddings contains NaN or infinite values; check the model output or drop those rows before evaluating."
         )
     if not 1 <= n_clusters <= x.shape[0]:
         raise ValueError(f"n_clusters must be between 1 and {x.shape[0]} (the number of rows); got {n_clusters}")
     # min_points_per_centroid only controls faiss' "too few points" warning.
     km = faiss.Kmeans(
-        x.shape[1], int(n_clusters), niter=int(niter), nredo=int(nredo), seed=int(seed),
-        verbose=False, min_points_per_centroid=1,
+        x.shape[1],
+        int(n_clusters),
+        niter=int(niter),
+        nredo=int(nredo),
+        seed=int(seed),
+        verbose=False,
+        min_points_per_centroid=1,
     )
     km.train(x)
     _, assign = km.index.search(x, 1)
@@ -172,8 +174,7 @@ def clustering_metrics(
     n_rows = len(embeddings)
     if n_rows != y.shape[0]:
         raise ValueError(
-            f"embeddings has {n_rows} rows but labels has {y.shape[0]} entries; pass "
-            "exactly one label per embedding."
+            f"embeddings has {n_rows} rows but labels has {y.shape[0]} entries; pass exactly one label per embedding."
         )
     n_clusters = int(np.unique(y).size)
     assign = kmeans_assign(embeddings, n_clusters, seed=seed, niter=niter, nredo=nredo)

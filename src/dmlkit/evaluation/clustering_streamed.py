@@ -49,8 +49,10 @@ POINTS_PER_CENTROID = 256
 def _rows(arr: np.ndarray, index: np.ndarray | slice, where: str) -> np.ndarray:
     block = np.ascontiguousarray(arr[index], dtype=np.float32)
     if not np.isfinite(block).all():
-        raise ValueError(f"the embeddings contain NaN or infinite values ({where}); check the model output "
-                         "or drop those rows before evaluating")
+        raise ValueError(
+            f"the embeddings contain NaN or infinite values ({where}); check the model output "
+            "or drop those rows before evaluating"
+        )
     return block
 
 
@@ -71,15 +73,24 @@ def clustering_plan(n: int, d: int, k: int, budget_mb: float, sample_size: int |
     b = min(n, rows_left - s)
     if b < 1:
         need = math.ceil(row * (k + s + 1) / 2**20 * 1000) / 1000
-        fix = f"raise budget_mb to at least {need}" + (" or lower sample_size" if sample_size is not None and s > k else "")
-        raise ValueError(f"budget_mb={budget_mb} cannot hold {k} centroids, a k-means sample of {s} rows and one "
-                         f"assignment block of d={d}: {fix}")
+        fix = f"raise budget_mb to at least {need}" + (
+            " or lower sample_size" if sample_size is not None and s > k else ""
+        )
+        raise ValueError(
+            f"budget_mb={budget_mb} cannot hold {k} centroids, a k-means sample of {s} rows and one "
+            f"assignment block of d={d}: {fix}"
+        )
     return s, b
 
 
 def clustering_metrics_from_file(
-    embeddings: str | Path | np.ndarray, labels: Any, *, budget_mb: float = 256, sample_size: int | None = None,
-    seed: int = 0, niter: int = 20,
+    embeddings: str | Path | np.ndarray,
+    labels: Any,
+    *,
+    budget_mb: float = 256,
+    sample_size: int | None = None,
+    seed: int = 0,
+    niter: int = 20,
 ) -> dict[str, float]:
     """``{"NMI", "F1", "sample_size", "num_clusters"}`` of k-means with one cluster per label (module docstring).
 
@@ -103,8 +114,16 @@ def clustering_metrics_from_file(
     else:
         picks = np.sort(np.random.default_rng(seed).choice(n, size=s, replace=False))
         sample = _rows(arr, picks, "k-means sample")
-    km = faiss.Kmeans(d, k, niter=int(niter), nredo=1, seed=int(seed), verbose=False, min_points_per_centroid=1,
-                      max_points_per_centroid=max(POINTS_PER_CENTROID, -(-s // k)))
+    km = faiss.Kmeans(
+        d,
+        k,
+        niter=int(niter),
+        nredo=1,
+        seed=int(seed),
+        verbose=False,
+        min_points_per_centroid=1,
+        max_points_per_centroid=max(POINTS_PER_CENTROID, -(-s // k)),
+    )
     km.train(sample)
     del sample
     assign = np.empty(n, dtype=np.int64)

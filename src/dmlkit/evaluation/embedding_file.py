@@ -15,7 +15,9 @@ def open_embeddings(data: str | Path | np.ndarray, min_rows: int = 1) -> np.ndar
     if isinstance(data, (str, Path)):
         path = Path(data)
         if not path.is_file():
-            raise ValueError(f"embeddings file '{path}' does not exist; save the embeddings with numpy.save(path, array)")
+            raise ValueError(
+                f"embeddings file '{path}' does not exist; save the embeddings with numpy.save(path, array)"
+            )
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
         except ValueError as err:

@@ -66,15 +66,18 @@ def evaluate_embedding_shards(
     With ``clustering``, the queries are gathered (or ``gathered``, the whole set in id order,
     is used) and rank 0 runs k-means; its NMI and F1 are sent to every process.
     """
-    metrics = sharded_retrieval_metrics(embeddings, labels, ref_embeddings, ref_labels, ks=tuple(ks),
-                                        query_ids=ids, reference_ids=ref_ids)
+    metrics = sharded_retrieval_metrics(
+        embeddings, labels, ref_embeddings, ref_labels, ks=tuple(ks), query_ids=ids, reference_ids=ref_ids
+    )
     if clustering:
         if gathered is None:
             total = _total(len(ids))
             device = _comm_device()
             ids_dev = torch.as_tensor(ids, dtype=torch.int64).to(device)
-            gathered = (gather_shards(embeddings.to(device), ids_dev, total).cpu(),
-                        gather_shards(labels.to(device), ids_dev, total).cpu())
+            gathered = (
+                gather_shards(embeddings.to(device), ids_dev, total).cpu(),
+                gather_shards(labels.to(device), ids_dev, total).cpu(),
+            )
         scores = [clustering_metrics(*gathered, seed=seed) if not is_distributed() or dist.get_rank() == 0 else None]
         if is_distributed():
             dist.broadcast_object_list(scores, src=0)

@@ -49,7 +49,11 @@ def mean_row(src: EmbeddingSource, block: int) -> torch.Tensor:
 
 
 def rerank(
-    q: EmbeddingSource, r: EmbeddingSource, candidates: torch.Tensor, k: int, max_block_bytes: int,
+    q: EmbeddingSource,
+    r: EmbeddingSource,
+    candidates: torch.Tensor,
+    k: int,
+    max_block_bytes: int,
     workers: Workers,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The best ``k`` of each query's ``candidates`` by float64 squared distance:
@@ -163,7 +167,12 @@ def _gather_float64(src: EmbeddingSource, index: torch.Tensor) -> torch.Tensor:
 
 
 def float64_nearest(
-    q: EmbeddingSource, r: EmbeddingSource, rows: torch.Tensor, k: int, exclude_self: bool, max_block_bytes: int,
+    q: EmbeddingSource,
+    r: EmbeddingSource,
+    rows: torch.Tensor,
+    k: int,
+    exclude_self: bool,
+    max_block_bytes: int,
     shift: torch.Tensor,
 ) -> torch.Tensor:
     """Indices of the ``k`` nearest references of the given query rows by float64
@@ -180,7 +189,12 @@ def float64_nearest(
 
 
 def _float64_nearest_chunk(
-    qx: torch.Tensor, sub: torch.Tensor, r: EmbeddingSource, k: int, exclude_self: bool, col_block: int,
+    qx: torch.Tensor,
+    sub: torch.Tensor,
+    r: EmbeddingSource,
+    k: int,
+    exclude_self: bool,
+    col_block: int,
     shift: torch.Tensor,
 ) -> torch.Tensor:
     """:func:`float64_nearest` of the centred queries ``qx`` (query rows ``sub``),

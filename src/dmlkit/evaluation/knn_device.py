@@ -69,7 +69,10 @@ def device_knn_search(
 
 
 def device_neighbours(
-    q: DeviceEmbeddings, r: DeviceEmbeddings | None, k: int, exclude_self: bool,
+    q: DeviceEmbeddings,
+    r: DeviceEmbeddings | None,
+    k: int,
+    exclude_self: bool,
     max_block_bytes: int = DEVICE_BLOCK_BYTES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(indices, float64 squared distances)``, both ``(n_query, k)``, nearest first, of checked
@@ -112,7 +115,11 @@ def _augmented(x: torch.Tensor, shift: torch.Tensor, left: bool) -> torch.Tensor
 
 
 def _collect(
-    left: torch.Tensor, right: torch.Tensor, kc: int, exclude_self: bool, max_block_bytes: int,
+    left: torch.Tensor,
+    right: torch.Tensor,
+    kc: int,
+    exclude_self: bool,
+    max_block_bytes: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``kc`` best float32 scores of each query and their reference indices, best first."""
     nq, nr = left.shape[0], right.shape[0]
@@ -157,7 +164,11 @@ def _rerank(query: torch.Tensor, ref: torch.Tensor, cand: torch.Tensor, k: int) 
 
 
 def _uncertified(
-    query: torch.Tensor, ref: torch.Tensor, shift: torch.Tensor, worst_score: torch.Tensor, kth: torch.Tensor,
+    query: torch.Tensor,
+    ref: torch.Tensor,
+    shift: torch.Tensor,
+    worst_score: torch.Tensor,
+    kth: torch.Tensor,
 ) -> torch.Tensor:
     """Rows whose ``k`` kept neighbours the float32 rounding bound does not prove exact."""
     gamma = _gamma(query.shape[1] + 2)  # the CPU search's bound, for the same d + 2 term expansion
@@ -168,7 +179,12 @@ def _uncertified(
 
 
 def _float64_candidates(
-    query: torch.Tensor, ref: torch.Tensor, shift: torch.Tensor, rows: torch.Tensor, k: int, exclude_self: bool,
+    query: torch.Tensor,
+    ref: torch.Tensor,
+    shift: torch.Tensor,
+    rows: torch.Tensor,
+    k: int,
+    exclude_self: bool,
     max_block_bytes: int,
 ) -> torch.Tensor:
     """Indices of the ``k`` nearest references of query ``rows`` by float64 direct differences over every
@@ -195,15 +211,19 @@ class DeviceEmbeddings:
 
     def __init__(self, x: object, name: str) -> None:
         if not isinstance(x, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor on the device to search on; got {type(x).__name__}. "
-                             "Use dmlkit.evaluation.knn_search for numpy arrays and memmaps.")
+            raise ValueError(
+                f"{name} must be a torch.Tensor on the device to search on; got {type(x).__name__}. "
+                "Use dmlkit.evaluation.knn_search for numpy arrays and memmaps."
+            )
         if x.ndim != 2 or x.shape[0] == 0 or x.shape[1] == 0:
             raise ValueError(f"{name} must be a non-empty 2-D (n, d) tensor; got shape {tuple(x.shape)}")
         if x.is_complex() or x.dtype == torch.bool:
             raise ValueError(f"{name} must hold real numbers; got dtype {x.dtype}")
         if x.is_floating_point() and not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{name} contains NaN or infinite values; check the model output "
-                             "(e.g. a diverged loss) or drop those rows before evaluating.")
+            raise ValueError(
+                f"{name} contains NaN or infinite values; check the model output "
+                "(e.g. a diverged loss) or drop those rows before evaluating."
+            )
         self.name, self.data = name, x.detach()
         self.n, self.d = int(x.shape[0]), int(x.shape[1])
 
@@ -216,5 +236,7 @@ def on_accelerator(x: object) -> bool:
 def check_same_device(q: DeviceEmbeddings, r: DeviceEmbeddings) -> None:
     """Query and reference on one device (a search does not move either)."""
     if r.data.device != q.data.device:
-        raise ValueError(f"query is on {q.data.device} and reference on {r.data.device}; "
-                         "move both to one device (e.g. reference.to(query.device)).")
+        raise ValueError(
+            f"query is on {q.data.device} and reference on {r.data.device}; "
+            "move both to one device (e.g. reference.to(query.device))."
+        )

@@ -60,8 +60,7 @@ def _as_matrix(x: object, name: str) -> torch.Tensor | np.ndarray:
         return np.asarray(x)
     except Exception as exc:  # pragma: no cover - exotic inputs
         raise ValueError(
-            f"{name} must be a torch.Tensor or numpy array of shape (n, d); "
-            f"got {type(x).__name__}"
+            f"{name} must be a torch.Tensor or numpy array of shape (n, d); got {type(x).__name__}"
         ) from exc
 
 
@@ -74,8 +73,7 @@ def _check_matrix(data: torch.Tensor | np.ndarray, name: str) -> None:
         )
     if data.shape[0] == 0 or data.shape[1] == 0:
         raise ValueError(
-            f"{name} is empty (shape {tuple(data.shape)}); pass at least one "
-            "embedding with at least one dimension."
+            f"{name} is empty (shape {tuple(data.shape)}); pass at least one embedding with at least one dimension."
         )
     if isinstance(data, torch.Tensor):
         real = not data.is_complex() and (data.is_floating_point() or _is_int(data.dtype))
@@ -119,11 +117,7 @@ def check_k(k: object, n_reference: int, exclude_self: bool) -> int:
 
 def check_block_bytes(max_block_bytes: object) -> int:
     """``max_block_bytes`` as a positive int."""
-    if (
-        isinstance(max_block_bytes, bool)
-        or not isinstance(max_block_bytes, (int, np.integer))
-        or max_block_bytes <= 0
-    ):
+    if isinstance(max_block_bytes, bool) or not isinstance(max_block_bytes, (int, np.integer)) or max_block_bytes <= 0:
         raise ValueError(f"max_block_bytes must be a positive integer; got {max_block_bytes!r}")
     return int(max_block_bytes)
 

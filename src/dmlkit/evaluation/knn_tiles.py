@@ -152,8 +152,11 @@ class _BlockCache(Generic[_Block]):
 
 
 def _right_blocks(
-    src: EmbeddingSource, bounds: list[tuple[int, int]], pad: Callable[[int], int],
-    workers: Workers, shift: torch.Tensor,
+    src: EmbeddingSource,
+    bounds: list[tuple[int, int]],
+    pad: Callable[[int], int],
+    workers: Workers,
+    shift: torch.Tensor,
 ) -> _BlockCache[torch.Tensor]:
     """Right-augmented reference blocks, computed up front (concurrently) for an
     in-memory source."""
@@ -217,7 +220,12 @@ def filter_self_search(
 
 
 def filter_cross_search(
-    q: EmbeddingSource, r: EmbeddingSource, k: int, exclude_self: bool, block: int, workers: Workers,
+    q: EmbeddingSource,
+    r: EmbeddingSource,
+    k: int,
+    exclude_self: bool,
+    block: int,
+    workers: Workers,
     shift: torch.Tensor,
 ) -> TopKTable:
     """Each query block against every reference tile, row side only; query
@@ -247,7 +255,12 @@ def filter_cross_search(
 
 
 def dense_search(
-    q: EmbeddingSource, r: EmbeddingSource, k: int, exclude_self: bool, max_block_bytes: int, workers: Workers,
+    q: EmbeddingSource,
+    r: EmbeddingSource,
+    k: int,
+    exclude_self: bool,
+    max_block_bytes: int,
+    workers: Workers,
     shift: torch.Tensor,
 ) -> TopKTable:
     """Strips of full reference width, one ``topk`` per strip (any ``k``)."""

@@ -57,7 +57,9 @@ class RetrievalMetric:
 _METRICS: Registry[RetrievalMetric] = Registry("retrieval metric")  # registration order: the order computed
 
 
-def register_retrieval_metric(name: str, *, per_k: bool = False, short: str = "") -> Callable[[MetricFunction], MetricFunction]:
+def register_retrieval_metric(
+    name: str, *, per_k: bool = False, short: str = ""
+) -> Callable[[MetricFunction], MetricFunction]:
     """Decorator registering ``function(match, big_r[, k]) -> (c,) values`` as the retrieval metric ``name``.
 
     ``short`` is its header in tables (``"MAP@R"``; ``{k}`` is filled in for ``per_k`` metrics); by default the
@@ -66,12 +68,16 @@ def register_retrieval_metric(name: str, *, per_k: bool = False, short: str = ""
     if not isinstance(name, str) or not name.isidentifier() and "{k}" not in name:
         raise ValueError(f"a retrieval metric's name must be an identifier (with '{{k}}' when per_k); got {name!r}")
     if per_k != ("{k}" in name):
-        raise ValueError(f"retrieval metric {name!r}: per_k=True needs '{{k}}' in the name (e.g. 'recall_at_{{k}}') "
-                         "and a name with '{k}' needs per_k=True")
+        raise ValueError(
+            f"retrieval metric {name!r}: per_k=True needs '{{k}}' in the name (e.g. 'recall_at_{{k}}') "
+            "and a name with '{k}' needs per_k=True"
+        )
 
     def add(function: MetricFunction) -> MetricFunction:
         if name in _METRICS:
-            raise ValueError(f"retrieval metric '{name}' is registered twice; unregister_retrieval_metric('{name}') first")
+            raise ValueError(
+                f"retrieval metric '{name}' is registered twice; unregister_retrieval_metric('{name}') first"
+            )
         _METRICS.register(name, RetrievalMetric(name, function, per_k, short or name))
         return function
 

@@ -68,8 +68,10 @@ class MetricSums:
         if values.shape[0] == 0:
             return
         if values.shape[1] != len(self.names):
-            raise ValueError(f"{values.shape[1]} metric columns where {len(self.names)} are registered "
-                             f"({', '.join(self.names)}); every process must register the same metrics")
+            raise ValueError(
+                f"{values.shape[1]} metric columns where {len(self.names)} are registered "
+                f"({', '.join(self.names)}); every process must register the same metrics"
+            )
         self.count += values.shape[0]
         for j in range(len(self.names)):
             self.sums[j] += float(values[:, j].sum())

@@ -59,6 +59,9 @@ def relevance(query_labels: np.ndarray, reference_labels: np.ndarray | None, exc
 
 def undefined_metrics(ks: Sequence[int], stacklevel: int = 3) -> dict[str, float]:
     """Every metric NaN, with the warning that says why: no query has a relevant reference."""
-    warnings.warn("No query label occurs among the other reference items, so every retrieval metric is "
-                  "undefined (nan).", RuntimeWarning, stacklevel=stacklevel)
+    warnings.warn(
+        "No query label occurs among the other reference items, so every retrieval metric is undefined (nan).",
+        RuntimeWarning,
+        stacklevel=stacklevel,
+    )
     return {name: math.nan for name in metric_names(ks)}

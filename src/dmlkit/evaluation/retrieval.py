@@ -69,8 +69,7 @@ def check_labels(x: object, name: str, n: int, emb_name: str) -> np.ndarray:
         )
     if len(arr) != n:
         raise ValueError(
-            f"{emb_name} has {n} rows but {name} has {len(arr)} entries; pass exactly "
-            "one label per embedding."
+            f"{emb_name} has {n} rows but {name} has {len(arr)} entries; pass exactly one label per embedding."
         )
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"{name} must be numeric (integers preferred); got dtype {arr.dtype}")
@@ -145,8 +144,14 @@ def retrieval_metrics(
     return metrics_from_neighbours(idx.cpu().numpy(), rel, ks)
 
 
-def _reference_side(q, ql: np.ndarray, reference: ArrayLike | None, reference_labels: ArrayLike | None,
-                    ref_includes_query: bool, source: type) -> tuple:
+def _reference_side(
+    q,
+    ql: np.ndarray,
+    reference: ArrayLike | None,
+    reference_labels: ArrayLike | None,
+    ref_includes_query: bool,
+    source: type,
+) -> tuple:
     """``(reference embeddings or None, reference labels or None, exclude_self)``, checked against the queries."""
     if reference is None:
         if reference_labels is not None:
@@ -169,7 +174,9 @@ def _reference_side(q, ql: np.ndarray, reference: ArrayLike | None, reference_la
     return r, rl, exclude_self
 
 
-def metrics_from_neighbours(idx: np.ndarray, rel: Relevance, ks: tuple[int, ...], chunk_elems: int = 2**22) -> dict[str, float]:
+def metrics_from_neighbours(
+    idx: np.ndarray, rel: Relevance, ks: tuple[int, ...], chunk_elems: int = 2**22
+) -> dict[str, float]:
     """The registered metrics from the ``(n_query, K)`` neighbour table (reference positions), in row chunks."""
     n, num_k = idx.shape
     sums = MetricSums(ks)

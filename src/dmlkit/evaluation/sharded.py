@@ -162,8 +162,18 @@ def sharded_retrieval_metrics(
             dimensions of the shards differ, the ids are not a permutation, or
             the budget cannot hold one block.
     """
-    make_shard = partial(Shard, query, query_labels, reference, reference_labels, ks, query_ids, reference_ids,
-                         ref_includes_query, budget_mb)
+    make_shard = partial(
+        Shard,
+        query,
+        query_labels,
+        reference,
+        reference_labels,
+        ks,
+        query_ids,
+        reference_ids,
+        ref_includes_query,
+        budget_mb,
+    )
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
         return _one_process(make_shard())
     comm = _Group(group)
@@ -200,14 +210,18 @@ def _default_ids(sizes: list[int], rank: int) -> np.ndarray:
     return np.arange(start, start + sizes[rank], dtype=np.int64)
 
 
-def _gather_ids_labels(comm: _Group, ids: np.ndarray | None, labels: np.ndarray, sizes: list[int],
-                       float_labels: bool, name: str) -> tuple[list[np.ndarray], np.ndarray]:
+def _gather_ids_labels(
+    comm: _Group, ids: np.ndarray | None, labels: np.ndarray, sizes: list[int], float_labels: bool, name: str
+) -> tuple[list[np.ndarray], np.ndarray]:
     """Every process's ids (its rows' positions) and the labels of the whole set in id order."""
     ids_given = ids is not None
     local_ids = ids if ids_given else _default_ids(sizes, comm.rank)
     dtype = torch.float64 if float_labels else torch.int64
-    id_parts = [p.numpy() for p in comm.gather(torch.from_numpy(local_ids), sizes)] if ids_given else \
-        [_default_ids(sizes, r) for r in range(comm.world)]
+    id_parts = (
+        [p.numpy() for p in comm.gather(torch.from_numpy(local_ids), sizes)]
+        if ids_given
+        else [_default_ids(sizes, r) for r in range(comm.world)]
+    )
     label_parts = comm.gather(torch.as_tensor(labels, dtype=dtype), sizes)
     n = sum(sizes)
     check_permutation(name, id_parts, n)
@@ -218,7 +232,9 @@ def _gather_ids_labels(comm: _Group, ids: np.ndarray | None, labels: np.ndarray,
 
 
 def _run(comm: _Group, shard: Shard, plan: Plan) -> dict[str, float]:
-    q_ids_by_rank, ql_all = _gather_ids_labels(comm, shard.q_ids, shard.ql, plan.q_sizes, plan.float_labels, "query_ids")
+    q_ids_by_rank, ql_all = _gather_ids_labels(
+        comm, shard.q_ids, shard.ql, plan.q_sizes, plan.float_labels, "query_ids"
+    )
     if plan.self_search:
         g_ids_by_rank, gl_all = q_ids_by_rank, ql_all
         g_local = shard.q
@@ -227,18 +243,23 @@ def _run(comm: _Group, shard: Shard, plan: Plan) -> dict[str, float]:
             g_local = shard.q[torch.from_numpy(order)]
             g_ids_by_rank = [np.sort(p) for p in q_ids_by_rank]
     else:
-        g_ids_by_rank, gl_all = _gather_ids_labels(comm, shard.g_ids, shard.gl, plan.g_sizes, plan.float_labels,
-                                                   "reference_ids")
+        g_ids_by_rank, gl_all = _gather_ids_labels(
+            comm, shard.g_ids, shard.gl, plan.g_sizes, plan.float_labels, "reference_ids"
+        )
         g_local = shard.g
     q_ids = q_ids_by_rank[comm.rank]
     n_q, n_g = plan.n_query, plan.n_gallery
     if plan.exclude and not plan.self_search:
         if n_g < n_q:
-            raise ValueError(f"ref_includes_query needs the gallery's first {n_q} items to be the queries, but it "
-                             f"has {n_g}; put the queries first in the reference set, or do not exclude them")
+            raise ValueError(
+                f"ref_includes_query needs the gallery's first {n_q} items to be the queries, but it "
+                f"has {n_g}; put the queries first in the reference set, or do not exclude them"
+            )
         if not np.array_equal(ql_all, gl_all[:n_q]):
-            raise ValueError("ref_includes_query=True needs the labels of reference ids 0..n_query-1 to equal the "
-                             "query labels (the queries must come first in the reference set)")
+            raise ValueError(
+                "ref_includes_query=True needs the labels of reference ids 0..n_query-1 to equal the "
+                "query labels (the queries must come first in the reference set)"
+            )
 
     rel = relevance(ql_all, gl_all, plan.exclude)  # R_i and K as retrieval_metrics has them
     if not rel.active.any():
@@ -266,8 +287,15 @@ def _run(comm: _Group, shard: Shard, plan: Plan) -> dict[str, float]:
     return sums.result()
 
 
-def _search(comm: _Group, q: torch.Tensor, q_ids: np.ndarray, g_local: torch.Tensor,
-            g_ids_by_rank: list[np.ndarray], plan: Plan, num_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _search(
+    comm: _Group,
+    q: torch.Tensor,
+    q_ids: np.ndarray,
+    g_local: torch.Tensor,
+    g_ids_by_rank: list[np.ndarray],
+    plan: Plan,
+    num_k: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-``num_k`` (float64 squared distances, global gallery ids) of the local queries, ordered by
     (distance, id), against every gallery block of every process."""
     n_local = q.shape[0]
@@ -284,8 +312,9 @@ def _search(comm: _Group, q: torch.Tensor, q_ids: np.ndarray, g_local: torch.Ten
             if source is None:
                 continue
             kb = min(num_k + int(plan.exclude), b1 - b0)
-            idx, d2 = exact_neighbours(source, EmbeddingSource(block, "reference"), kb, False, plan.tile_bytes,
-                                       float64=True)
+            idx, d2 = exact_neighbours(
+                source, EmbeddingSource(block, "reference"), kb, False, plan.tile_bytes, float64=True
+            )
             gid = ids_s[b0:b1][idx]
             if plan.exclude:
                 d2 = d2.masked_fill(gid == own, math.inf)

@@ -58,8 +58,15 @@ import numpy as np
 import torch
 
 from dmlkit.evaluation.approx_index import (
-    APPROX_METHODS, build_index, load_index, plan_index, recall_at_1, search_neighbours, search_param_name,
-    set_search_param, tune_search,
+    APPROX_METHODS,
+    build_index,
+    load_index,
+    plan_index,
+    recall_at_1,
+    search_neighbours,
+    search_param_name,
+    set_search_param,
+    tune_search,
 )
 from dmlkit.evaluation.clustering_streamed import clustering_metrics_from_file
 from dmlkit.evaluation.embedding_file import open_embeddings
@@ -69,7 +76,12 @@ from dmlkit.evaluation.relevance import Relevance, relevance, undefined_metrics
 from dmlkit.evaluation.retrieval import check_ks, check_labels
 from dmlkit.validation import is_int, is_real
 
-__all__ = ["retrieval_metrics_from_file", "clustering_metrics_from_file", "nearest_distances_from_file", "APPROX_METHODS"]
+__all__ = [
+    "retrieval_metrics_from_file",
+    "clustering_metrics_from_file",
+    "nearest_distances_from_file",
+    "APPROX_METHODS",
+]
 
 _MIN_ROWS = 64
 
@@ -93,7 +105,9 @@ def _block_rows(budget_bytes: int, d: int, k: int, tile_bytes: int, n: int) -> i
     return int(min(rows, n))
 
 
-def _merge(d1: torch.Tensor, i1: torch.Tensor, d2: torch.Tensor, i2: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _merge(
+    d1: torch.Tensor, i1: torch.Tensor, d2: torch.Tensor, i2: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Best ``k`` of two (distance, index) tables, ordered by distance then index."""
     d, i = torch.cat([d1, d2], dim=1), torch.cat([i1, i2], dim=1)
     by_index = torch.argsort(i, dim=1, stable=True)
@@ -102,7 +116,9 @@ def _merge(d1: torch.Tensor, i1: torch.Tensor, d2: torch.Tensor, i2: torch.Tenso
     return d.gather(1, by_dist), i.gather(1, by_dist)
 
 
-def _exact(arr: np.ndarray, q: torch.Tensor, q_ids: torch.Tensor, k: int, block: int, tile: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _exact(
+    arr: np.ndarray, q: torch.Tensor, q_ids: torch.Tensor, k: int, block: int, tile: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact ``k`` nearest rows of ``arr`` (squared distances, indices) for queries ``q`` (rows ``q_ids``, excluded)."""
     n = arr.shape[0]
     best_d = torch.empty(len(q), 0)
@@ -152,8 +168,17 @@ def _check_samples(**sizes: Any) -> None:
 
 
 def _approx_setup(
-    arr: np.ndarray, approx: str | None, approx_params: dict[str, Any] | None, index_file: str | Path | None,
-    target_recall: float, recall_sample: int, tune_sample: int, block: int, tile: int, rng: np.random.Generator, seed: int,
+    arr: np.ndarray,
+    approx: str | None,
+    approx_params: dict[str, Any] | None,
+    index_file: str | Path | None,
+    target_recall: float,
+    recall_sample: int,
+    tune_sample: int,
+    block: int,
+    tile: int,
+    rng: np.random.Generator,
+    seed: int,
 ) -> tuple[tuple[Any, int], dict[str, float]]:
     """``(index, rerank)`` (built or loaded, search parameter set or tuned) and the ``approx_*`` entries of the result."""
     n, d = arr.shape
@@ -165,12 +190,16 @@ def _approx_setup(
         index = load_index(index_file, n, d)
         extra = sorted(set(params) - {"nprobe", "efSearch", "rerank"})
         if extra:
-            raise ValueError(f"approx_params {extra} are build parameters, fixed in the saved index; "
-                             "pass only nprobe, efSearch or rerank")
+            raise ValueError(
+                f"approx_params {extra} are build parameters, fixed in the saved index; "
+                "pass only nprobe, efSearch or rerank"
+            )
         name = search_param_name(index)
         fixed = params.get(name)
         if ({"nprobe", "efSearch"} - {name}) & set(params):
-            raise ValueError(f"'{index_file}' is searched with {name}; pass approx_params={{'{name}': ...}} or none to tune it")
+            raise ValueError(
+                f"'{index_file}' is searched with {name}; pass approx_params={{'{name}': ...}} or none to tune it"
+            )
         rerank = int(params.get("rerank", 0))
         info: dict[str, float] = {}
     else:
@@ -191,15 +220,23 @@ def _approx_setup(
         reached = curve[-1].lower >= target_recall or curve[-1].recall == 1.0
         info.update(approx_tune_sample=float(tune), approx_target_reached=float(reached))
         if not reached:
-            warnings.warn(f"no {name} reached recall@1 {target_recall} (best {curve[-1].recall:.3f} at {name}={chosen}); "
-                          "on data this hard exact search (approx=None) is as fast", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"no {name} reached recall@1 {target_recall} (best {curve[-1].recall:.3f} at {name}={chosen}); "
+                "on data this hard exact search (approx=None) is as fast",
+                RuntimeWarning,
+                stacklevel=3,
+            )
     else:
         set_search_param(index, int(fixed))
         chosen = int(fixed)
     q = np.ascontiguousarray(arr[report_ids], dtype=np.float32)
-    info.update({f"approx_{name}": float(chosen),
-                 "approx_recall_at_1": recall_at_1(index, arr, q, report_ids, exact[:report], rerank),
-                 "approx_recall_sample": float(report)})
+    info.update(
+        {
+            f"approx_{name}": float(chosen),
+            "approx_recall_at_1": recall_at_1(index, arr, q, report_ids, exact[:report], rerank),
+            "approx_recall_sample": float(report),
+        }
+    )
     return (index, rerank), info
 
 
@@ -258,11 +295,14 @@ def retrieval_metrics_from_file(
     block = _block_rows(budget, d, k, tile, n)
 
     rng = np.random.default_rng(seed)
-    queries = np.arange(n) if query_sample is None else np.sort(rng.choice(n, size=min(n, int(query_sample)), replace=False))
+    queries = (
+        np.arange(n) if query_sample is None else np.sort(rng.choice(n, size=min(n, int(query_sample)), replace=False))
+    )
     index, info = None, {}
     if approx is not None or index_file is not None:
-        index, info = _approx_setup(arr, approx, approx_params, index_file, target_recall, recall_sample, tune_sample,
-                                    block, tile, rng, seed)
+        index, info = _approx_setup(
+            arr, approx, approx_params, index_file, target_recall, recall_sample, tune_sample, block, tile, rng, seed
+        )
     out = _streamed_sums(arr, rel, queries, k, block, tile, index, ks).result()
     if query_sample is not None:
         out["num_queries"] = float(len(queries))
@@ -277,8 +317,16 @@ def _integer_labels(labels: Any, n: int) -> np.ndarray:
     return y
 
 
-def _streamed_sums(arr: np.ndarray, rel: Relevance, queries: np.ndarray, k: int, block: int, tile: int,
-                   index: tuple[Any, int] | None, ks: tuple[int, ...]) -> MetricSums:
+def _streamed_sums(
+    arr: np.ndarray,
+    rel: Relevance,
+    queries: np.ndarray,
+    k: int,
+    block: int,
+    tile: int,
+    index: tuple[Any, int] | None,
+    ks: tuple[int, ...],
+) -> MetricSums:
     """The metric sums of ``queries``, searched ``block`` at a time (exactly, or in ``index``)."""
     sums = MetricSums(ks)
     codes = rel.query_codes

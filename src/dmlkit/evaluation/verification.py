@@ -126,7 +126,9 @@ def kfold_accuracy(scores: object, same: object, folds: int | Sequence[int] = 10
     }
 
 
-def tar_at_far(genuine: object, impostor: object, fars: Sequence[float] = DEFAULT_FARS) -> dict[float, dict[str, float]]:
+def tar_at_far(
+    genuine: object, impostor: object, fars: Sequence[float] = DEFAULT_FARS
+) -> dict[float, dict[str, float]]:
     """TAR at each target FAR from genuine and impostor similarity scores (module docstring).
 
     Returns ``{far: {"tar", "threshold", "far" (achieved), "resolved"}}``;

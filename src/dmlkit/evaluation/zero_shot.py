@@ -57,8 +57,13 @@ def _nearest_accuracy(predicted: torch.Tensor, true: torch.Tensor, metric: str) 
 
 
 def zero_shot_attribute_eval(
-    attributes: torch.Tensor, embeddings: torch.Tensor, labels: torch.Tensor, repeats: int = 1000,
-    classes_per_repeat: int | None = 10, ridge: float = 0.05, generator: torch.Generator | None = None,
+    attributes: torch.Tensor,
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    repeats: int = 1000,
+    classes_per_repeat: int | None = 10,
+    ridge: float = 0.05,
+    generator: torch.Generator | None = None,
 ) -> dict[str, float]:
     """The protocol of Sec. 5.3.3 (module docstring) on per-image ``attributes (N, m)`` and ``embeddings (N, d)``.
 
@@ -66,7 +71,11 @@ def zero_shot_attribute_eval(
     held-out half by l2 (``l2``, ``l2_std``) and cosine distance (``cosine``, ``cosine_std``), the
     chance level ``chance = 1 / held-out classes``, and the counts. Float64 throughout.
     """
-    if attributes.ndim != 2 or embeddings.ndim != 2 or not attributes.shape[0] == embeddings.shape[0] == labels.shape[0]:
+    if (
+        attributes.ndim != 2
+        or embeddings.ndim != 2
+        or not attributes.shape[0] == embeddings.shape[0] == labels.shape[0]
+    ):
         raise ValueError(
             f"attributes (N, m), embeddings (N, d) and labels (N,) must share N, got {tuple(attributes.shape)}, "
             f"{tuple(embeddings.shape)} and {tuple(labels.shape)}"

@@ -77,8 +77,7 @@ class CrossBatchMemoryLoss(CrossBatchMemory):
             raise ValueError("xbm uses its memory as the reference set; call it without ref_emb/ref_labels")
         if enqueue_mask is None and len(embeddings) > self.memory_size:
             raise ValueError(
-                f"the batch ({len(embeddings)}) is larger than the xbm memory ({self.memory_size}); "
-                "raise memory_size"
+                f"the batch ({len(embeddings)}) is larger than the xbm memory ({self.memory_size}); raise memory_size"
             )
         if self.training and torch.is_grad_enabled():
             self.iteration += 1

@@ -25,8 +25,9 @@ from pytorch_metric_learning.utils import common_functions as c_f
 __all__ = ["DistanceWeightedMiner", "distance_weights"]
 
 
-def distance_weights(distances: torch.Tensor, same_class: torch.Tensor, dim: int, cutoff: float,
-                     nonzero_loss_cutoff: float) -> torch.Tensor:
+def distance_weights(
+    distances: torch.Tensor, same_class: torch.Tensor, dim: int, cutoff: float, nonzero_loss_cutoff: float
+) -> torch.Tensor:
     """Each row's sampling probabilities of the negatives (Eq. 4 above), summing to one; a row with no eligible
     negative is all zeros (its anchor gets no triplet)."""
     clamped = distances.clamp(min=cutoff)
@@ -50,13 +51,16 @@ class DistanceWeightedMiner(BaseMiner):
             the run's seed while it builds the loss.
     """
 
-    def __init__(self, cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4, seed: int | None = None,
-                 **kwargs) -> None:
+    def __init__(
+        self, cutoff: float = 0.5, nonzero_loss_cutoff: float = 1.4, seed: int | None = None, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         c_f.assert_distance_type(self, LpDistance, p=2, power=1, normalize_embeddings=True)
         if not 0 <= cutoff < nonzero_loss_cutoff:
-            raise ValueError(f"distance_weighted needs 0 <= cutoff < nonzero_loss_cutoff, got cutoff={cutoff} and "
-                             f"nonzero_loss_cutoff={nonzero_loss_cutoff}; the paper's are 0.5 and 1.4")
+            raise ValueError(
+                f"distance_weighted needs 0 <= cutoff < nonzero_loss_cutoff, got cutoff={cutoff} and "
+                f"nonzero_loss_cutoff={nonzero_loss_cutoff}; the paper's are 0.5 and 1.4"
+            )
         self.cutoff = float(cutoff)
         self.nonzero_loss_cutoff = float(nonzero_loss_cutoff)
         self.generator = torch.Generator().manual_seed(torch.initial_seed() if seed is None else int(seed))
@@ -72,19 +76,27 @@ class DistanceWeightedMiner(BaseMiner):
             self._device_generators[device] = torch.Generator(device=device).manual_seed(seed)
         return self._device_generators[device]
 
-    def mine(self, embeddings: torch.Tensor, labels: torch.Tensor, ref_emb: torch.Tensor,
-             ref_labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def mine(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, ref_emb: torch.Tensor, ref_labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         self_reference = ref_labels is labels  # PML's test: the batch against itself, an anchor is not its positive
         same_class = labels.unsqueeze(1) == ref_labels.unsqueeze(0)
-        weights = distance_weights(self.distance(embeddings, ref_emb).float(), same_class, embeddings.size(1),
-                                   self.cutoff, self.nonzero_loss_cutoff)
+        weights = distance_weights(
+            self.distance(embeddings, ref_emb).float(),
+            same_class,
+            embeddings.size(1),
+            self.cutoff,
+            self.nonzero_loss_cutoff,
+        )
         positives = same_class.clone()
         if self_reference:
             positives.fill_diagonal_(False)
         class_size = same_class.sum(dim=1)  # n_p: the triplets an anchor gets
         eligible = positives.any(dim=1) & (weights.sum(dim=1) > 0)
-        anchors = torch.repeat_interleave(torch.arange(labels.numel(), device=labels.device),
-                                          torch.where(eligible, class_size, torch.zeros_like(class_size)))
+        anchors = torch.repeat_interleave(
+            torch.arange(labels.numel(), device=labels.device),
+            torch.where(eligible, class_size, torch.zeros_like(class_size)),
+        )
         if anchors.numel() == 0:
             empty = torch.empty(0, dtype=torch.long, device=labels.device)
             return empty, empty.clone(), empty.clone()

@@ -32,7 +32,9 @@ from dmlkit.validation import is_int
 class L2SoftmaxLoss(WeightRegularizerMixin, BaseMetricLossFunction):
     """Softmax cross-entropy on ``alpha``-scaled L2-normalised features; PML signature, per-sample reduction."""
 
-    def __init__(self, num_classes: int, embedding_size: int, alpha: float = 16.0, learn_alpha: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, num_classes: int, embedding_size: int, alpha: float = 16.0, learn_alpha: bool = False, **kwargs: Any
+    ) -> None:
         for name, value in (("num_classes", num_classes), ("embedding_size", embedding_size)):
             if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -69,12 +71,16 @@ class L2SoftmaxLoss(WeightRegularizerMixin, BaseMetricLossFunction):
             raise ValueError(f"labels must lie in 0..{self.num_classes - 1} (num_classes={self.num_classes})")
         weights = lmu.convert_to_weights(indices_tuple, labels, dtype=embeddings.dtype)
         losses = F.cross_entropy(self.logits(embeddings), labels, reduction="none") * weights
-        loss_dict = {"loss": {"losses": losses, "indices": c_f.torch_arange_from_size(embeddings), "reduction_type": "element"}}
+        loss_dict = {
+            "loss": {"losses": losses, "indices": c_f.torch_arange_from_size(embeddings), "reduction_type": "element"}
+        }
         self.add_weight_regularization_to_loss_dict(loss_dict, self.W.t())
         return loss_dict
 
 
 @register_loss("l2_softmax", builds=L2SoftmaxLoss)
-def l2_softmax(num_classes: int, embedding_size: int, alpha: float = 16.0, learn_alpha: bool = False, **options: Any) -> L2SoftmaxLoss:
+def l2_softmax(
+    num_classes: int, embedding_size: int, alpha: float = 16.0, learn_alpha: bool = False, **options: Any
+) -> L2SoftmaxLoss:
     """L2-constrained softmax (L2-Face): features scaled to radius ``alpha`` (default 16, Ranjan et al.)."""
     return L2SoftmaxLoss(num_classes, embedding_size, alpha=alpha, learn_alpha=learn_alpha, **options)

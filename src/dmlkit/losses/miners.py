@@ -28,9 +28,7 @@ def multi_similarity(epsilon: float = 0.1, **options: Any) -> pml_miners.MultiSi
 
 
 @register_miner("triplet_margin", builds=pml_miners.TripletMarginMiner)
-def triplet_margin(
-    margin: float = 0.2, type_of_triplets: str = "all", **options: Any
-) -> pml_miners.TripletMarginMiner:
+def triplet_margin(margin: float = 0.2, type_of_triplets: str = "all", **options: Any) -> pml_miners.TripletMarginMiner:
     """Triplets violating ``d_an - d_ap <= margin`` (``type_of_triplets``: all, hard, semihard, easy).
 
     Defaults: PML's (``margin = 0.2``, the FaceNet margin of Schroff et al. 2015).

@@ -42,8 +42,9 @@ def first_positive_pair_per_anchor_label(
 class NPairLoss(pml_losses.NPairsLoss):
     """N-pair loss whose positives (and so its negatives) may come from ``ref_emb`` (module docstring)."""
 
-    def compute_loss(self, embeddings: Tensor, labels: Tensor, indices_tuple: Any, ref_emb: Tensor,
-                     ref_labels: Tensor) -> dict[str, Any]:
+    def compute_loss(
+        self, embeddings: Tensor, labels: Tensor, indices_tuple: Any, ref_emb: Tensor, ref_labels: Tensor
+    ) -> dict[str, Any]:
         if labels is None:
             raise ValueError("the N-pair loss needs labels: pass labels with the embeddings")
         anchor_idx, positive_idx = first_positive_pair_per_anchor_label(indices_tuple, labels, ref_labels)
@@ -54,5 +55,6 @@ class NPairLoss(pml_losses.NPairsLoss):
         if not self.distance.is_inverted:
             sim_mat = -sim_mat
         targets = torch.arange(self.num_pairs, device=embeddings.device)
-        return {"loss": {"losses": self.cross_entropy(sim_mat, targets), "indices": anchor_idx,
-                         "reduction_type": "element"}}
+        return {
+            "loss": {"losses": self.cross_entropy(sim_mat, targets), "indices": anchor_idx, "reduction_type": "element"}
+        }

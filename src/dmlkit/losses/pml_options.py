@@ -18,7 +18,11 @@ from typing import Any
 
 from pytorch_metric_learning.distances import CosineSimilarity, DotProductSimilarity, LpDistance
 from pytorch_metric_learning.regularizers import (
-    CenterInvariantRegularizer, LpRegularizer, RegularFaceRegularizer, SparseCentersRegularizer, ZeroMeanRegularizer,
+    CenterInvariantRegularizer,
+    LpRegularizer,
+    RegularFaceRegularizer,
+    SparseCentersRegularizer,
+    ZeroMeanRegularizer,
 )
 
 __all__ = ["DISTANCES", "PML_OPTIONS", "REGULARIZERS", "build_pml_option"]
@@ -27,8 +31,11 @@ __all__ = ["DISTANCES", "PML_OPTIONS", "REGULARIZERS", "build_pml_option"]
 DISTANCES: dict[str, type] = {"lp": LpDistance, "cosine": CosineSimilarity, "dot": DotProductSimilarity}
 #: config name -> PML regularizer class
 REGULARIZERS: dict[str, type] = {
-    "lp": LpRegularizer, "zero_mean": ZeroMeanRegularizer, "center_invariant": CenterInvariantRegularizer,
-    "regular_face": RegularFaceRegularizer, "sparse_centers": SparseCentersRegularizer,
+    "lp": LpRegularizer,
+    "zero_mean": ZeroMeanRegularizer,
+    "center_invariant": CenterInvariantRegularizer,
+    "regular_face": RegularFaceRegularizer,
+    "sparse_centers": SparseCentersRegularizer,
 }
 #: loss option -> (the classes it may name, the keyword arguments an error suggests)
 PML_OPTIONS: dict[str, tuple[dict[str, type], str]] = {

@@ -146,8 +146,9 @@ _LOSSES: Registry[ComponentEntry] = Registry("loss", populate=_import_builtin_co
 _MINERS: Registry[ComponentEntry] = Registry("miner", populate=_import_builtin_components)
 
 
-def _register(registry: Registry, kind: str, name: str, builds: type | None, default_miner: str | None,
-              takes_miner: bool = False) -> Callable:
+def _register(
+    registry: Registry, kind: str, name: str, builds: type | None, default_miner: str | None, takes_miner: bool = False
+) -> Callable:
     def add(factory: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         target = builds if builds is not None else (factory if inspect.isclass(factory) else None)
         registry.register(name, ComponentEntry(name, kind, factory, target, default_miner, takes_miner))
@@ -156,8 +157,9 @@ def _register(registry: Registry, kind: str, name: str, builds: type | None, def
     return add
 
 
-def register_loss(name: str, *, builds: type | None = None, default_miner: str | None = None,
-                  takes_miner: bool = False) -> Callable:
+def register_loss(
+    name: str, *, builds: type | None = None, default_miner: str | None = None, takes_miner: bool = False
+) -> Callable:
     """Decorator registering a loss factory (or class) under ``name``; see the module docstring."""
     return _register(_LOSSES, "loss", name, builds, default_miner, takes_miner)
 

@@ -47,8 +47,14 @@ class MergingCentersRegularizer(BaseRegularizer):
         rows, cols = torch.triu_indices(k, k, offset=1, device=weights.device)
         similarities = (centres @ centres.transpose(1, 2))[:, rows, cols].reshape(-1).clamp(max=1.0)
         terms = torch.sqrt(2.0 - 2.0 * similarities + self.eps) - math.sqrt(self.eps)
-        return {"loss": {"losses": terms, "indices": torch.arange(terms.numel(), device=terms.device),
-                         "reduction_type": "element", "divisor": 2 * terms.numel()}}
+        return {
+            "loss": {
+                "losses": terms,
+                "indices": torch.arange(terms.numel(), device=terms.device),
+                "reduction_type": "element",
+                "divisor": 2 * terms.numel(),
+            }
+        }
 
     def get_default_distance(self) -> CosineSimilarity:
         return CosineSimilarity()  # (the similarities are computed per class above)

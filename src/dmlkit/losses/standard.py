@@ -47,9 +47,7 @@ def contrastive(pos_margin: float = 0.0, neg_margin: float = 0.5, **options: Any
 
 
 @register_loss("contrastive_c2", builds=pml_losses.ContrastiveLoss)
-def contrastive_c2(
-    pos_margin: float = 0.0, neg_margin: float = 0.3841, **options: Any
-) -> pml_losses.ContrastiveLoss:
+def contrastive_c2(pos_margin: float = 0.0, neg_margin: float = 0.3841, **options: Any) -> pml_losses.ContrastiveLoss:
     """Contrastive loss with positive margin, C2 (Musgrave et al. 2020), on L2 distances.
 
     Defaults: thesis Sec. 3.3.2.1, C2, (m+, m-) for CUB = (0, 0.3841).

@@ -48,8 +48,9 @@ class TripletMarginLoss(pml_losses.TripletMarginLoss):
     enumerates the triplets with ``all_triplet_indices``; a miner's ``indices_tuple`` and a number of triplets per
     anchor go to PML's code unchanged."""
 
-    def compute_loss(self, embeddings: Tensor, labels: Tensor, indices_tuple: Any, ref_emb: Tensor,
-                     ref_labels: Tensor) -> dict[str, Any]:
+    def compute_loss(
+        self, embeddings: Tensor, labels: Tensor, indices_tuple: Any, ref_emb: Tensor, ref_labels: Tensor
+    ) -> dict[str, Any]:
         if indices_tuple is None and self.triplets_per_anchor == "all" and labels is not None:
             indices_tuple = all_triplet_indices(labels, ref_labels)
         return super().compute_loss(embeddings, labels, indices_tuple, ref_emb, ref_labels)

@@ -44,10 +44,13 @@ class ZeroShotConfig:
     def __post_init__(self) -> None:
         w = self.weight
         if not is_real(w) or not math.isfinite(w) or not 0.0 <= w < 1.0:
-            raise ValueError(f"methods.zero_shot.weight must lie in [0, 1) (lam of Eq. 5.2.5; 0 leaves the method off), "
-                             f"got {w!r}")
+            raise ValueError(
+                f"methods.zero_shot.weight must lie in [0, 1) (lam of Eq. 5.2.5; 0 leaves the method off), got {w!r}"
+            )
         if not isinstance(self.params, dict):
             raise ValueError(f"methods.zero_shot.params must be a mapping, e.g. {{ridge: 0.05}}, got {self.params!r}")
         unknown = sorted(set(self.params) - set(ZERO_SHOT_PARAMS))
         if unknown:
-            raise ValueError(f"unknown methods.zero_shot.params {unknown}; valid keys are: {', '.join(ZERO_SHOT_PARAMS)}")
+            raise ValueError(
+                f"unknown methods.zero_shot.params {unknown}; valid keys are: {', '.join(ZERO_SHOT_PARAMS)}"
+            )

@@ -117,8 +117,13 @@ def class_disjoint_halves(
 
 
 def _direction(
-    z_fit: torch.Tensor, y_fit: torch.Tensor, z_eval: torch.Tensor, y_eval: torch.Tensor,
-    class_embeddings: torch.Tensor, ridge: float, scale: float,
+    z_fit: torch.Tensor,
+    y_fit: torch.Tensor,
+    z_eval: torch.Tensor,
+    y_eval: torch.Tensor,
+    class_embeddings: torch.Tensor,
+    ridge: float,
+    scale: float,
 ) -> torch.Tensor:
     a_t = ridge_predictor(z_fit, class_embeddings[y_fit], ridge)  # (m, k) = A^T
     logits = scale * ((z_eval @ a_t) @ class_embeddings.T)  # s_ij = scale * v_j^T A z_i
@@ -126,8 +131,12 @@ def _direction(
 
 
 def zero_shot_prediction_loss(
-    z: torch.Tensor, labels: torch.Tensor, class_embeddings: torch.Tensor, ridge: float = 0.05,
-    halves: tuple[torch.Tensor, torch.Tensor] | None = None, scale: float = 9.5,
+    z: torch.Tensor,
+    labels: torch.Tensor,
+    class_embeddings: torch.Tensor,
+    ridge: float = 0.05,
+    halves: tuple[torch.Tensor, torch.Tensor] | None = None,
+    scale: float = 9.5,
 ) -> torch.Tensor:
     """``L_ZS`` of Eq. 5.2.4 from pseudo-attributes ``z (B, m)``, labels ``(B,)`` and ``Upsilon (c, k)``.
 
@@ -139,7 +148,9 @@ def zero_shot_prediction_loss(
     if z.ndim != 2 or labels.shape != (z.shape[0],):
         raise ValueError(f"z must be (B, m) and labels (B,), got {tuple(z.shape)} and {tuple(labels.shape)}")
     if not (isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"the zero-shot softmax scale must be a positive number (9.5 in the author's code), got {scale!r}")
+        raise ValueError(
+            f"the zero-shot softmax scale must be a positive number (9.5 in the author's code), got {scale!r}"
+        )
     if class_embeddings.ndim != 2:
         raise ValueError(f"class_embeddings must be (num_classes, k), got shape {tuple(class_embeddings.shape)}")
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= class_embeddings.shape[0]):
@@ -151,8 +162,9 @@ def zero_shot_prediction_loss(
         raise ValueError("the two halves must have disjoint classes")
     z1, y1, z2, y2 = z[b1], labels[b1], z[b2], labels[b2]
     scale = float(scale)
-    return (_direction(z1, y1, z2, y2, class_embeddings, ridge, scale)
-            + _direction(z2, y2, z1, y1, class_embeddings, ridge, scale))
+    return _direction(z1, y1, z2, y2, class_embeddings, ridge, scale) + _direction(
+        z2, y2, z1, y1, class_embeddings, ridge, scale
+    )
 
 
 class ZeroShotPredictionLoss(nn.Module):
@@ -175,8 +187,14 @@ class ZeroShotPredictionLoss(nn.Module):
     """
 
     def __init__(
-        self, num_classes: int, num_prototypes: int, mu: float = 0.3, embedding_dim: int | None = None,
-        ridge: float = 0.05, scale: float = 9.5, generator: torch.Generator | None = None,
+        self,
+        num_classes: int,
+        num_prototypes: int,
+        mu: float = 0.3,
+        embedding_dim: int | None = None,
+        ridge: float = 0.05,
+        scale: float = 9.5,
+        generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("num_classes", num_classes), ("num_prototypes", num_prototypes)):
@@ -190,7 +208,9 @@ class ZeroShotPredictionLoss(nn.Module):
         if not ridge > 0:
             raise ValueError(f"ridge must be positive, got {ridge}")
         if not is_real(scale) or not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be a positive number (9.5 in the author's code, 1 for Eq. 5.2.4 as written), got {scale!r}")
+            raise ValueError(
+                f"scale must be a positive number (9.5 in the author's code, 1 for Eq. 5.2.4 as written), got {scale!r}"
+            )
         self.scale = float(scale)
         self.num_prototypes = num_prototypes
         self.mu = float(mu)

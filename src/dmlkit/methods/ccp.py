@@ -160,8 +160,14 @@ class CCPCallback(Callback):
     """Runs Algorithm 1 around the Trainer's loop (see the module docstring)."""
 
     def __init__(
-        self, cfg: CCPConfig, bank: ProxyBank, regularizer: ProjectionRegularizer, train_set: Any, seed: int,
-        batch_size: int, max_steps: int | None = None,
+        self,
+        cfg: CCPConfig,
+        bank: ProxyBank,
+        regularizer: ProjectionRegularizer,
+        train_set: Any,
+        seed: int,
+        batch_size: int,
+        max_steps: int | None = None,
     ) -> None:
         self.cfg, self.bank, self.regularizer, self.max_steps = cfg, bank, regularizer, max_steps
         self.train_set, self.seed, self.batch_size = train_set, seed, batch_size
@@ -232,8 +238,14 @@ class CCPCallback(Callback):
         converged = self.bank.per_class(initial).reshape(-1, self.bank.dim).cpu()  # rho* as the loss sees it
         self._start_projection(trainer, initial=initial, first=False)
         if self.cfg.plot and trainer.fabric.is_global_zero and trainer.plots:
-            self.panels.append(self._panel(trainer, converged, self.bank.reference().detach().cpu(),
-                                           f"projection {ended['projection']} (best MAP@R {ended['best']:.3f})"))
+            self.panels.append(
+                self._panel(
+                    trainer,
+                    converged,
+                    self.bank.reference().detach().cpu(),
+                    f"projection {ended['projection']} (best MAP@R {ended['best']:.3f})",
+                )
+            )
         self._log_projection(trainer, ended, self._pool_geometry())
 
     def _start_projection(self, trainer: TrainerView, initial: torch.Tensor | None, first: bool) -> None:
@@ -255,8 +267,9 @@ class CCPCallback(Callback):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + projection)
         pool = sample_class_pool(train.labels, self.bank.num_classes, self.cfg.pool_size, generator=g)
         idx = pool[pool >= 0]
-        embeddings, labels = embed_dataset(trainer.model, Subset(_plain(train), idx.tolist()), self.batch_size,
-                                           trainer.fabric.device)
+        embeddings, labels = embed_dataset(
+            trainer.model, Subset(_plain(train), idx.tolist()), self.batch_size, trainer.fabric.device
+        )
         self.last_pool = (embeddings, labels)
         return embeddings, labels
 
@@ -280,11 +293,20 @@ class CCPCallback(Callback):
         """Samples of the first 20 training classes (current network), converged and next proxies of those classes."""
         train = _plain(self.train_set)
         keep = torch.nonzero(train.labels < 20).flatten()
-        samples, labels = embed_dataset(trainer.model, Subset(train, keep.tolist()), self.batch_size, trainer.fabric.device)
+        samples, labels = embed_dataset(
+            trainer.model, Subset(train, keep.tolist()), self.batch_size, trainer.fabric.device
+        )
         proxy_labels = self.bank.labels.cpu()
         shown = proxy_labels < 20
-        return {"samples": samples, "labels": labels, "converged": converged[shown], "converged_labels": proxy_labels[shown],
-                "next": None if nxt is None else nxt[shown], "next_labels": proxy_labels[shown], "title": title}
+        return {
+            "samples": samples,
+            "labels": labels,
+            "converged": converged[shown],
+            "converged_labels": proxy_labels[shown],
+            "next": None if nxt is None else nxt[shown],
+            "next_labels": proxy_labels[shown],
+            "title": title,
+        }
 
     def _plot(self, trainer: TrainerView) -> None:
         """``plots/ccp_proxies.png``: one panel per finished projection (converged proxies = its rho*, next = the
@@ -330,8 +352,14 @@ class CCP(Method):
                 f"the proxies are picked among a class's samples: set methods.ccp.proxies_per_class <= {int(counts.min())}"
             )
         self.ctx = ctx
-        self.bank = ProxyBank(ctx.num_classes, cfg.proxies_per_class, ctx.embedding_dim, normalize=cfg.proxy_normalize,
-                              seed=ctx.seed, pool_normalize=ctx.cfg.model.normalize)
+        self.bank = ProxyBank(
+            ctx.num_classes,
+            cfg.proxies_per_class,
+            ctx.embedding_dim,
+            normalize=cfg.proxy_normalize,
+            seed=ctx.seed,
+            pool_normalize=ctx.cfg.model.normalize,
+        )
         self.regularizer = ProjectionRegularizer(ctx.model, cfg.first_projection_lambda)
 
     def wrap_loss(self, loss: nn.Module, miner: nn.Module | None) -> tuple[nn.Module, nn.Module | None]:
@@ -352,10 +380,20 @@ class CCP(Method):
     def stopper(self, train: TrainConfig) -> EarlyStopping:
         """Projections end on ``methods.ccp.patience``, the run on ``train.patience`` (one object per run)."""
         if self._stopper is None:
-            self._stopper = ProjectionStopping(patience=train.patience, projection_patience=self.cfg.patience,
-                                               max_projections=self.cfg.max_projections)
+            self._stopper = ProjectionStopping(
+                patience=train.patience, projection_patience=self.cfg.patience, max_projections=self.cfg.max_projections
+            )
         return self._stopper
 
     def callbacks(self) -> list[Callback]:
-        return [CCPCallback(self.cfg, self.bank, self.regularizer, self.ctx.train_set, self.ctx.seed, self.batch_size,
-                            self.max_steps)]
+        return [
+            CCPCallback(
+                self.cfg,
+                self.bank,
+                self.regularizer,
+                self.ctx.train_set,
+                self.ctx.seed,
+                self.batch_size,
+                self.max_steps,
+            )
+        ]

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GSPDiagnostics", "PoolingEntropyLog"]
 
+
 class PoolingEntropyLog(Callback):
     """Adds ``gsp/entropy`` and ``gsp/effective_features`` to each step's record; ``gsp`` to the summary."""
 
@@ -44,13 +45,17 @@ class PoolingEntropyLog(Callback):
         outputs["gsp/entropy"] = round(self.last["entropy"], 6)
         outputs["gsp/effective_features"] = round(self.last["effective_features"], 4)
         self.history.append((trainer.state.step, self.last["entropy"], self.last["effective_features"]))
-        if self.kcenter_step is None and getattr(self.pooling, "init", "random") == "kcenter" and not self.pooling.pools_with_gap:
+        if (
+            self.kcenter_step is None
+            and getattr(self.pooling, "init", "random") == "kcenter"
+            and not self.pooling.pools_with_gap
+        ):
             self.kcenter_step = trainer.state.step
 
     def on_train_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if not self.history:
             return
-        tail = self.history[-max(1, len(self.history) // 4):]
+        tail = self.history[-max(1, len(self.history) // 4) :]
         summary["gsp"] = {
             **{k: round(v, 6) for k, v in self.last.items()},
             "entropy_last_quarter": round(sum(h for _, h, _ in tail) / len(tail), 6),

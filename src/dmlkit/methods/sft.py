@@ -62,7 +62,15 @@ from dmlkit.validation import is_int
 if TYPE_CHECKING:
     from dmlkit.config import ExperimentConfig
 
-__all__ = ["CenterInit", "GeneratedTerm", "L2Normalized", "NormalizedInputLoss", "NormalizedInputMiner", "SFT", "SFTStats"]
+__all__ = [
+    "CenterInit",
+    "GeneratedTerm",
+    "L2Normalized",
+    "NormalizedInputLoss",
+    "NormalizedInputMiner",
+    "SFT",
+    "SFTStats",
+]
 
 
 class L2Normalized(nn.Module):
@@ -83,8 +91,14 @@ class NormalizedInputLoss(nn.Module):
         super().__init__()
         self.loss = loss
 
-    def forward(self, embeddings: Tensor, labels: Tensor, indices_tuple: Any = None,
-                ref_emb: Tensor | None = None, ref_labels: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        embeddings: Tensor,
+        labels: Tensor,
+        indices_tuple: Any = None,
+        ref_emb: Tensor | None = None,
+        ref_labels: Tensor | None = None,
+    ) -> Tensor:
         ref = F.normalize(ref_emb, p=2.0, dim=1) if ref_emb is not None else None
         return self.loss(F.normalize(embeddings, p=2.0, dim=1), labels, indices_tuple, ref, ref_labels)
 
@@ -96,8 +110,9 @@ class NormalizedInputMiner(nn.Module):
         super().__init__()
         self.miner = miner
 
-    def forward(self, embeddings: Tensor, labels: Tensor, ref_emb: Tensor | None = None,
-                ref_labels: Tensor | None = None) -> Any:
+    def forward(
+        self, embeddings: Tensor, labels: Tensor, ref_emb: Tensor | None = None, ref_labels: Tensor | None = None
+    ) -> Any:
         ref = F.normalize(ref_emb, p=2.0, dim=1) if ref_emb is not None else None
         return self.miner(F.normalize(embeddings, p=2.0, dim=1), labels, ref, ref_labels)
 
@@ -107,8 +122,15 @@ class GeneratedTerm(ObjectiveTerm):
 
     is_metric_loss = True  # part of L_DML when a method mixes it (Eq. 5.2.5)
 
-    def __init__(self, loss: nn.Module, generator: FeatureGenerator, lam: float, name: str = "generated",
-                 miner: nn.Module | None = None, score: str = "separate") -> None:
+    def __init__(
+        self,
+        loss: nn.Module,
+        generator: FeatureGenerator,
+        lam: float,
+        name: str = "generated",
+        miner: nn.Module | None = None,
+        score: str = "separate",
+    ) -> None:
         super().__init__(name, lam)
         self._loss = (loss, miner)  # shared with the real term, which registers (and checkpoints) them
         self.generator = generator
@@ -181,8 +203,15 @@ class CenterInit(Callback):
             dist.all_reduce(counts)
         present = self.generator.centers.set_means(sums, counts)
         self.last_seconds = time.perf_counter() - started
-        trainer.log.append({"split": "sft", "step": 0, "sft/center_init_seconds": round(self.last_seconds, 3),
-                            "sft/center_init_images": int(counts.sum()), "sft/center_init_classes": int(present.sum())})
+        trainer.log.append(
+            {
+                "split": "sft",
+                "step": 0,
+                "sft/center_init_seconds": round(self.last_seconds, 3),
+                "sft/center_init_images": int(counts.sum()),
+                "sft/center_init_classes": int(present.sum()),
+            }
+        )
 
     @torch.no_grad()
     def class_sums(self, model: nn.Module, dataset: Any, device: torch.device | str) -> tuple[Tensor, Tensor]:
@@ -227,7 +256,9 @@ class SFT(Method):
         return cls(cfg) if cfg.methods.sft.active else None
 
     def setup(self, ctx: BuildContext) -> None:
-        self.generator = FeatureGenerator.from_config(self.cfg, ctx.num_classes, ctx.embedding_dim, ctx.class_counts, ctx.seed)
+        self.generator = FeatureGenerator.from_config(
+            self.cfg, ctx.num_classes, ctx.embedding_dim, ctx.class_counts, ctx.seed
+        )
         if self.cfg.init_centers == "data":
             self.center_init = CenterInit(self.generator, ctx.train_set, self.eval_batch_size, self.num_workers)
 

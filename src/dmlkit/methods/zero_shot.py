@@ -61,6 +61,7 @@ class ZeroShot(Method):
 
     name = "zero_shot"
     forward_methods = ("encode",)
+
     def __init__(self, cfg: "ExperimentConfig") -> None:
         section = cfg.methods.zero_shot  # checked when the config was read (ZeroShotConfig)
         self.weight, self.params = float(section.weight), dict(section.params)
@@ -79,10 +80,16 @@ class ZeroShot(Method):
             )
         m, mu = getattr(pooling, "num_prototypes", None), getattr(pooling, "mu", None)
         if not isinstance(m, int) or mu is None:
-            raise ValueError(f"pooling {type(pooling).__name__} must expose num_prototypes and mu for the zero-shot loss")
-        params = {"embedding_dim": ctx.embedding_dim, **self.params}  # class embeddings of the embedding's size (author's code)
-        loss = ZeroShotPredictionLoss(ctx.num_classes, m, mu=float(mu), generator=make_generator(ctx.seed, _INIT_STREAM),
-                                      **params)
+            raise ValueError(
+                f"pooling {type(pooling).__name__} must expose num_prototypes and mu for the zero-shot loss"
+            )
+        params = {
+            "embedding_dim": ctx.embedding_dim,
+            **self.params,
+        }  # class embeddings of the embedding's size (author's code)
+        loss = ZeroShotPredictionLoss(
+            ctx.num_classes, m, mu=float(mu), generator=make_generator(ctx.seed, _INIT_STREAM), **params
+        )
         self.term = ZeroShotTerm(loss, self.weight, seed=ctx.seed)
 
     def terms(self, terms: list[ObjectiveTerm]) -> list[ObjectiveTerm]:

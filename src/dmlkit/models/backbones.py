@@ -96,7 +96,11 @@ class TimmBackbone(nn.Module):
         timm = _import_timm()
         self.model_name = model_name
         self.model = timm.create_model(
-            model_name, pretrained=pretrained is True, in_chans=in_channels, num_classes=0, global_pool="",
+            model_name,
+            pretrained=pretrained is True,
+            in_chans=in_channels,
+            num_classes=0,
+            global_pool="",
         )
         if not isinstance(pretrained, bool):  # a local weights file: loaded here, strictly (timm's loader is not)
             _load_timm_weights(self.model, _weights_file(pretrained), model_name, in_channels)
@@ -134,7 +138,9 @@ def _import_timm():
 def _weights_file(path: str | os.PathLike) -> Path:
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ValueError(f"pretrained weights file '{file}' not found; give an existing file, or pretrained: true / false")
+        raise ValueError(
+            f"pretrained weights file '{file}' not found; give an existing file, or pretrained: true / false"
+        )
     return file
 
 
@@ -162,8 +168,10 @@ def _load_timm_weights(model: nn.Module, file: Path, model_name: str, in_channel
         from timm.models import adapt_input_conv
 
         state[first] = adapt_input_conv(in_channels, state[first])
-    fix = (f"Save the state dict of timm.create_model('{model_name}') there, or name the model the file was "
-           f"saved from (model.backbone: timm:<that model>).")
+    fix = (
+        f"Save the state dict of timm.create_model('{model_name}') there, or name the model the file was "
+        f"saved from (model.backbone: timm:<that model>)."
+    )
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # other shapes

@@ -70,11 +70,15 @@ def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
         raise ValueError(f"unknown model.head '{cfg.head}'; valid values are: {', '.join(HEADS)}")
     if not isinstance(cfg.embedding_dim, int) or cfg.embedding_dim < 1:
         raise ValueError(f"model.embedding_dim must be a positive integer, got {cfg.embedding_dim!r}")
-    backbone = create_backbone(cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained, freeze_bn=cfg.freeze_bn)
+    backbone = create_backbone(
+        cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained, freeze_bn=cfg.freeze_bn
+    )
     projection = None if cfg.local_dim is None else local_projection_conv(backbone.out_channels, cfg.local_dim)
     channels = backbone.out_channels if projection is None else cfg.local_dim
     pooling = _build_pooling(cfg, channels)
-    return Embedder(backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize, local_projection=projection, head=cfg.head)
+    return Embedder(
+        backbone, pooling, cfg.embedding_dim, normalize=cfg.normalize, local_projection=projection, head=cfg.head
+    )
 
 
 _POOLING_STREAM = 0x504F4F4C  # "POOL": the pooling's own random stream, derived from the current seed

@@ -89,8 +89,13 @@ class Embedder(nn.Module):
     """
 
     def __init__(
-        self, backbone: nn.Module, pooling: nn.Module, embedding_dim: int, normalize: str = "l2",
-        local_projection: nn.Module | None = None, head: str = "linear",
+        self,
+        backbone: nn.Module,
+        pooling: nn.Module,
+        embedding_dim: int,
+        normalize: str = "l2",
+        local_projection: nn.Module | None = None,
+        head: str = "linear",
     ) -> None:
         super().__init__()
         if normalize not in NORMALIZATIONS:
@@ -101,7 +106,9 @@ class Embedder(nn.Module):
             raise ValueError(f"unknown head '{head}'; valid values are: {', '.join(HEADS)}")
         local_dim = getattr(backbone if local_projection is None else local_projection, "out_channels", None)
         if not isinstance(local_dim, int):
-            raise ValueError("the backbone (or local projection) must expose its channel count as an integer attribute 'out_channels'")
+            raise ValueError(
+                "the backbone (or local projection) must expose its channel count as an integer attribute 'out_channels'"
+            )
         if not hasattr(pooling, "output_dim"):
             raise ValueError("the pooling module must implement output_dim(input_dim) -> int")
         self.backbone = backbone
@@ -162,8 +169,10 @@ class Embedder(nn.Module):
         return self.embed_pooled(self.pooled_features(x))
 
     def extra_repr(self) -> str:
-        return (f"local_dim={self.local_dim}, pooled_dim={self.pooled_dim}, head={self.head_kind!r}, "
-                f"normalize={self.normalize!r}")
+        return (
+            f"local_dim={self.local_dim}, pooled_dim={self.pooled_dim}, head={self.head_kind!r}, "
+            f"normalize={self.normalize!r}"
+        )
 
 
 def local_projection_conv(in_channels: int, out_channels: int) -> nn.Conv2d:

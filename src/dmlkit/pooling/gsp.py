@@ -67,6 +67,7 @@ __all__ = [
 MAX_PROTOTYPES = 4096
 """Largest accepted number of prototypes: the plan is (B, m, n) per batch; the thesis uses 64 or 128."""
 
+
 def _pool(features: torch.Tensor, rho: torch.Tensor, mu: float) -> torch.Tensor:
     """Eq. 5.2.1: ``sum_j (1/n - rho_j)/mu * f_j``."""
     n = features.shape[1]
@@ -86,7 +87,12 @@ class _GSPPool(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int,
+        ctx: Any,
+        features: torch.Tensor,
+        prototypes: torch.Tensor,
+        mu: float,
+        eps: float,
+        iters: int,
         normalization: str,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         costs, saved = costs_forward(features, prototypes, normalization)
@@ -119,7 +125,11 @@ class _GSPPool(torch.autograd.Function):
 
 
 def _pool_with_transport(
-    features: torch.Tensor, prototypes: torch.Tensor, mu: float, eps: float, iters: int,
+    features: torch.Tensor,
+    prototypes: torch.Tensor,
+    mu: float,
+    eps: float,
+    iters: int,
     normalization: str = "unit_ball",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(pooled, rho, plan)`` by ``_GSPPool`` (in float32 under autocast: ``dmlkit.half_precision``), or under
@@ -311,5 +321,7 @@ class GSP(nn.Module):
         return self.forward_with_plan(x)[0]
 
     def extra_repr(self) -> str:
-        return (f"dim={self.dim}, num_prototypes={self.num_prototypes}, mu={self.mu}, eps={self.eps}, iters={self.iters}, "
-                f"init={self.init!r}, normalization={self.normalization!r}")
+        return (
+            f"dim={self.dim}, num_prototypes={self.num_prototypes}, mu={self.mu}, eps={self.eps}, iters={self.iters}, "
+            f"init={self.init!r}, normalization={self.normalization!r}"
+        )

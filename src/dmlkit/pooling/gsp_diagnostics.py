@@ -35,6 +35,9 @@ def weight_summary(entropy: torch.Tensor, n: int, mu: float) -> dict[str, float]
     ``entropy_gap = log n`` and ``entropy_topk = log(mu n)``."""
     h = float(entropy.mean())
     return {
-        "entropy": h, "effective_features": float(entropy.exp().mean()), "features": float(n),
-        "entropy_gap": math.log(n), "entropy_topk": math.log(max(float(mu) * n, 1.0)),
+        "entropy": h,
+        "effective_features": float(entropy.exp().mean()),
+        "features": float(n),
+        "entropy_gap": math.log(n),
+        "entropy_topk": math.log(max(float(mu) * n, 1.0)),
     }

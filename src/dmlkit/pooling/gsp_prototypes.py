@@ -29,7 +29,9 @@ PROTOTYPE_INITS = ("random", "kcenter")
 def kcenter_prototypes(memory: torch.Tensor, m: int) -> torch.Tensor:
     """``m`` rows of ``memory (M, d)`` chosen by greedy k-centre (Algorithm 2), first pick row 0: ``(m, d)``."""
     if memory.ndim != 2 or memory.shape[0] < m:
-        raise ValueError(f"k-centre needs a memory of at least {m} rows (the prototypes), got shape {tuple(memory.shape)}")
+        raise ValueError(
+            f"k-centre needs a memory of at least {m} rows (the prototypes), got shape {tuple(memory.shape)}"
+        )
     dist = torch.full((memory.shape[0],), float("inf"), dtype=memory.dtype, device=memory.device)
     picks = []
     q = 0
@@ -51,9 +53,13 @@ class PrototypeMemory(nn.Module):
     def __init__(self, size: int, dim: int, skip: int = 0) -> None:
         super().__init__()
         if not is_int(size) or size < 1:
-            raise ValueError(f"GSP memory_size must be a positive integer (pooled vectors kept for k-centre), got {size!r}")
+            raise ValueError(
+                f"GSP memory_size must be a positive integer (pooled vectors kept for k-centre), got {size!r}"
+            )
         if not is_int(skip) or skip < 0:
-            raise ValueError(f"GSP warmup_steps must be an integer >= 0 (batches before the memory fills), got {skip!r}")
+            raise ValueError(
+                f"GSP warmup_steps must be an integer >= 0 (batches before the memory fills), got {skip!r}"
+            )
         self.size, self.skip = size, skip
         self.register_buffer("rows", torch.zeros(size, dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.long))

@@ -45,8 +45,10 @@ def check_same_weights(run_dirs: Iterable[Path]) -> None:
             seen.setdefault(weights[0], {}).setdefault(weights[1], []).append(Path(run_dir).name)
     for name, by_checksum in seen.items():
         if len(by_checksum) > 1:
-            sets = "; ".join(f"{checksum[:12]} in {', '.join(sorted(runs)[:4])}{' ...' if len(runs) > 4 else ''}"
-                             for checksum, runs in sorted(by_checksum.items()))
+            sets = "; ".join(
+                f"{checksum[:12]} in {', '.join(sorted(runs)[:4])}{' ...' if len(runs) > 4 else ''}"
+                for checksum, runs in sorted(by_checksum.items())
+            )
             raise ValueError(
                 f"the runs of this table fine-tuned from pretrained backbone '{name}' started from {len(by_checksum)} "
                 f"different sets of its weights ({sets}): they were pretrained on different machines (or on a GPU, "

@@ -50,8 +50,16 @@ def across_backbones(per_backbone: Mapping[str, Mapping[str, Any]], keys: Sequen
     Returns ``{"backbones", "n", "mean", "seed_std", "backbone_std", "wins", "seeds", "verdict"}``, the last six
     keyed by metric; ``wins`` / ``seeds`` list per backbone the seeds ahead and the seeds paired.
     """
-    out: dict[str, Any] = {"backbones": list(per_backbone), "n": sum(r["n"] for r in per_backbone.values()),
-                           "mean": {}, "seed_std": {}, "backbone_std": {}, "wins": {}, "seeds": {}, "verdict": {}}
+    out: dict[str, Any] = {
+        "backbones": list(per_backbone),
+        "n": sum(r["n"] for r in per_backbone.values()),
+        "mean": {},
+        "seed_std": {},
+        "backbone_std": {},
+        "wins": {},
+        "seeds": {},
+        "verdict": {},
+    }
     for key in keys:
         deltas = [list(result["deltas"][key]) for result in per_backbone.values()]
         pooled = [d for ds in deltas for d in ds]
@@ -69,7 +77,7 @@ def _cell(pooled: Mapping[str, Any], key: str) -> str:
     if not any(pooled["seeds"][key]):
         return "n/a"
     mean = f"{100 * pooled['mean'][key]:+.2f}"
-    spread = (f"seeds ± {100 * pooled['seed_std'][key]:.2f}, backbones ± {100 * pooled['backbone_std'][key]:.2f}")
+    spread = f"seeds ± {100 * pooled['seed_std'][key]:.2f}, backbones ± {100 * pooled['backbone_std'][key]:.2f}"
     wins = ", ".join(f"{w}/{n}" for w, n in zip(pooled["wins"][key], pooled["seeds"][key]))
     return f"{mean} ({spread}; {wins}) {pooled['verdict'][key]}"
 
@@ -78,5 +86,7 @@ def backbones_table(rows: Sequence[tuple[str, str, Mapping[str, Any]]], columns:
     """Markdown table of ``(run, baseline, across_backbones(...))`` rows, in points."""
     cols = check_columns(columns)
     headers = ["run", "baseline", "backbones", "pairs"] + [h for h, _ in cols]
-    cells = [[run, base, str(len(p["backbones"])), str(p["n"])] + [_cell(p, key) for _, key in cols] for run, base, p in rows]
+    cells = [
+        [run, base, str(len(p["backbones"])), str(p["n"])] + [_cell(p, key) for _, key in cols] for run, base, p in rows
+    ]
     return markdown_grid(headers, cells)

@@ -29,13 +29,22 @@ def seed_metrics(summary: dict[str, Any]) -> dict[str, float]:
     seconds = float(summary["train_seconds"])
     facts = {f"{FACT_PREFIX}{name}": float(value) for name, value in summary.get("facts", {}).items()}
     return {
-        **summary["test"], "steps": float(steps), "best_step": float(summary.get("best_step") or steps),
-        "train_seconds": seconds, "seconds_per_step": seconds / max(steps, 1), **facts,
+        **summary["test"],
+        "steps": float(steps),
+        "best_step": float(summary.get("best_step") or steps),
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / max(steps, 1),
+        **facts,
     }
 
 
 def run_single_model(
-    protocol: str, config_path: str | Path, overrides: Sequence[str], seeds: Sequence[int], out_dir: Path, obtain: Obtain
+    protocol: str,
+    config_path: str | Path,
+    overrides: Sequence[str],
+    seeds: Sequence[int],
+    out_dir: Path,
+    obtain: Obtain,
 ) -> list[dict[str, float]]:
     """One run per seed under ``protocol``; the metrics of each seed whose run is available."""
     if protocol not in PROTOCOL_OVERRIDES:

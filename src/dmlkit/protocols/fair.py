@@ -41,13 +41,20 @@ class _Concatenation:
         return F.normalize(torch.cat(self.parts, dim=1), dim=1)
 
 
-def _metrics(queries: _Concatenation, references: _Concatenation, ks: Sequence[int], clustering: bool, seed: int) -> dict[str, float]:
+def _metrics(
+    queries: _Concatenation, references: _Concatenation, ks: Sequence[int], clustering: bool, seed: int
+) -> dict[str, float]:
     refs = (references.joint(), references.labels) if references.parts else (None, None)
     return evaluate_embeddings(queries.joint(), queries.labels, *refs, ks=ks, clustering=clustering, seed=seed)
 
 
 def run_fair(
-    config_path: str | Path, overrides: Sequence[str], seeds: Sequence[int], out_dir: Path, obtain: Obtain, folds: int = 4
+    config_path: str | Path,
+    overrides: Sequence[str],
+    seeds: Sequence[int],
+    out_dir: Path,
+    obtain: Obtain,
+    folds: int = 4,
 ) -> dict[str, list[dict[str, float]]]:
     """``{"separated": [per-seed metrics], "concatenated": [per-seed metrics]}`` of the fair protocol.
 
@@ -59,8 +66,13 @@ def run_fair(
         raise ValueError(f"the fair protocol needs folds >= 2, got {folds!r}")
     separated, concatenated = [], []
     for seed in seeds:
-        configs = [load_config(config_path, [*overrides, f"seed={seed}", f"data.folds={folds}", f"data.fold={k}", "data.val_split=null"])
-                   for k in range(folds)]
+        configs = [
+            load_config(
+                config_path,
+                [*overrides, f"seed={seed}", f"data.folds={folds}", f"data.fold={k}", "data.val_split=null"],
+            )
+            for k in range(folds)
+        ]
         run_dirs = [out_dir / f"{c.name}-seed{seed}-fold{k}" for k, c in enumerate(configs)]
         summaries = [obtain(c, d) for c, d in zip(configs, run_dirs)]
         if any(s is None for s in summaries):
@@ -77,8 +89,9 @@ def run_fair(
     return {"separated": separated, "concatenated": concatenated}
 
 
-def test_fold_models(run_dirs: Sequence[Path], split: str, reference_split: str | None, ks: Sequence[int],
-                     clustering: bool, seed: int) -> tuple[dict[str, float], dict[str, float]]:
+def test_fold_models(
+    run_dirs: Sequence[Path], split: str, reference_split: str | None, ks: Sequence[int], clustering: bool, seed: int
+) -> tuple[dict[str, float], dict[str, float]]:
     """``(separated, concatenated)`` test metrics of finished fold models that were not tested when they trained
     (a search's trials): each model's metrics averaged, and those of the concatenated embeddings."""
     from dmlkit.assemble import embed_run

@@ -64,7 +64,9 @@ def _initial_embedder(cfg: ExperimentConfig, in_channels: int, pretrained: bool 
 
 
 def floor_metrics(
-    cfg: ExperimentConfig, split: str | None = None, seeds: Sequence[int] = (0,),
+    cfg: ExperimentConfig,
+    split: str | None = None,
+    seeds: Sequence[int] = (0,),
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, list[dict[str, float]]]:
     """``{floor: [metrics of each seed]}`` on ``split`` (default ``eval.split``); see the module docstring.
@@ -100,15 +102,21 @@ def floor_metrics(
 
 
 def floor_table(
-    cfg: ExperimentConfig, split: str | None = None, seeds: Sequence[int] = (0,), columns: str = "thesis",
-    out: str | Path | None = None, progress: Callable[[str], None] | None = None,
+    cfg: ExperimentConfig,
+    split: str | None = None,
+    seeds: Sequence[int] = (0,),
+    columns: str = "thesis",
+    out: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> str:
     """The floors as a markdown table (rows ``floor: <name> (n=...)``); with ``out``, also written there and
     as ``floors.json`` beside it. ``progress`` as in :func:`floor_metrics`."""
     split_name = cfg.eval.split if split is None else split
     floors = floor_metrics(cfg, split, seeds, progress)
-    rows = [(f"floor: {label} (n={len(per_seed)})", summarise(per_seed, single_std=math.nan))  # raw pixels: one value
-            for label, per_seed in floors.items()]
+    rows = [
+        (f"floor: {label} (n={len(per_seed)})", summarise(per_seed, single_std=math.nan))  # raw pixels: one value
+        for label, per_seed in floors.items()
+    ]
     table = f"floors of {cfg.name} on split '{split_name}' (metrics in %)\n\n" + markdown_table(rows, columns)
     if out is not None:
         out = Path(out)

@@ -118,7 +118,8 @@ def paired_table(rows: Sequence[tuple[str, str, dict[str, Any]]], columns: str) 
     cols = check_columns(columns)
     headers = ["run", "baseline", "n"] + [h for h, _ in cols]
     cells = [
-        [run, base, str(result["n"])] + [_diff_cell(result["diff"][key], result["wins"][key], result["n"]) for _, key in cols]
+        [run, base, str(result["n"])]
+        + [_diff_cell(result["diff"][key], result["wins"][key], result["n"]) for _, key in cols]
         for run, base, result in rows
     ]
     return markdown_grid(headers, cells)

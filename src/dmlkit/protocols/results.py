@@ -17,19 +17,31 @@ from dmlkit.protocols.paired import assign_baselines, paired_difference, paired_
 from dmlkit.protocols.table import check_columns, markdown_table, summarise
 
 PROTOCOLS = (*PROTOCOL_OVERRIDES, "fair")
-TIME_COLUMN = [("steps", "steps", 0), ("best step", "best_step", 0), ("train s", "train_seconds", 0),
-               ("s/step", "seconds_per_step", 2)]
+TIME_COLUMN = [
+    ("steps", "steps", 0),
+    ("best step", "best_step", 0),
+    ("train s", "train_seconds", 0),
+    ("s/step", "seconds_per_step", 2),
+]
 
 
 def run_columns(rows: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, int]]:
     """``TIME_COLUMN`` and one column per method fact (``seed_metrics``) that any row holds, in first-seen order,
     with one decimal (a mean over seeds of a count)."""
     facts = dict.fromkeys(key for _, stats in rows for key in stats if key.startswith(FACT_PREFIX))
-    return [*TIME_COLUMN, *((key[len(FACT_PREFIX):], key, 1) for key in facts)]
+    return [*TIME_COLUMN, *((key[len(FACT_PREFIX) :], key, 1) for key in facts)]
 
 
-def _collect(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Sequence[int], overrides: Sequence[str],
-             folds: int, obtain: Obtain, backbone: str | None = None) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
+def _collect(
+    protocol: str,
+    configs: Sequence[str | Path],
+    out: Path,
+    seeds: Sequence[int],
+    overrides: Sequence[str],
+    folds: int,
+    obtain: Obtain,
+    backbone: str | None = None,
+) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
     rows: list[tuple[str, dict[str, Any]]] = []
     raw: dict[str, Any] = {}
     run_dirs: list[Path] = []  # every run folder the table reads: their recorded weights must agree
@@ -54,9 +66,16 @@ def _collect(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Seq
     return rows, raw
 
 
-def _collect_backbones(protocol: str, configs: Sequence[str | Path], out: Path, seeds: Sequence[int],
-                       overrides: Sequence[str], folds: int, backbones: dict[str, str],
-                       obtain: Obtain) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
+def _collect_backbones(
+    protocol: str,
+    configs: Sequence[str | Path],
+    out: Path,
+    seeds: Sequence[int],
+    overrides: Sequence[str],
+    folds: int,
+    backbones: dict[str, str],
+    obtain: Obtain,
+) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
     """``_collect`` once per pretrained backbone (``{label: model.pretrained}``, ``backbone_entries``), its runs
     under ``out/<label>/``."""
     rows: list[tuple[str, dict[str, Any]]] = []
@@ -68,8 +87,9 @@ def _collect_backbones(protocol: str, configs: Sequence[str | Path], out: Path, 
     return rows, raw
 
 
-def _paired_rows(raw: dict[str, Any], pairs: dict[str, str], protocol: str, keys: Sequence[str],
-                 backbone: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+def _paired_rows(
+    raw: dict[str, Any], pairs: dict[str, str], protocol: str, keys: Sequence[str], backbone: str | None = None
+) -> list[tuple[str, str, dict[str, Any]]]:
     """``(run, baseline, paired_difference)`` of every pair (and fair part) on one backbone's runs."""
     rows = []
     parts = ("separated", "concatenated") if protocol == "fair" else (None,)
@@ -82,8 +102,9 @@ def _paired_rows(raw: dict[str, Any], pairs: dict[str, str], protocol: str, keys
     return rows
 
 
-def _paired(raw: dict[str, Any], pairs: dict[str, str], protocol: str, columns: str,
-            backbones: Sequence[str] = ()) -> tuple[str, dict[str, Any]]:
+def _paired(
+    raw: dict[str, Any], pairs: dict[str, str], protocol: str, columns: str, backbones: Sequence[str] = ()
+) -> tuple[str, dict[str, Any]]:
     """The paired-difference table(s) (markdown) and their JSON form for ``{run: baseline}``; with ``backbones``,
     one row per pair and backbone, then the pairs pooled over the backbones (``protocols.backbones``)."""
     keys = [key for _, key in check_columns(columns)]
@@ -92,18 +113,24 @@ def _paired(raw: dict[str, Any], pairs: dict[str, str], protocol: str, columns: 
     else:
         rows = _paired_rows(raw, pairs, protocol, keys)
     out: dict[str, Any] = {run: {"baseline": base, **result} for run, base, result in rows}
-    title = ("\nPaired difference against the baseline over the seeds both finished, in points: mean ± std of "
-             "(run - baseline) per seed, (seeds where the run is ahead / seeds paired)\n\n")
+    title = (
+        "\nPaired difference against the baseline over the seeds both finished, in points: mean ± std of "
+        "(run - baseline) per seed, (seeds where the run is ahead / seeds paired)\n\n"
+    )
     text = title + paired_table(rows, columns)
     if backbones:
         per_row = {label: result for label, _, result in rows}  # the per-backbone differences, computed once above
-        pooled = [(run, base, across_backbones({b: per_row[backbone_label(run, b)] for b in backbones}, keys))
-                  for run, base in pairs.items()]
+        pooled = [
+            (run, base, across_backbones({b: per_row[backbone_label(run, b)] for b in backbones}, keys))
+            for run, base in pairs.items()
+        ]
         out["across_backbones"] = {run: {"baseline": base, **p} for run, base, p in pooled}
-        text += (f"\n\nPooled over the backbones {', '.join(backbones)}: mean of every (backbone, seed) difference "
-                 "(seeds: spread across seeds within a backbone; backbones: spread of the per-backbone means; seeds "
-                 "ahead / paired on each backbone) and the verdict (ahead or behind: on at least 4 of 5 seeds on every "
-                 "backbone)\n\n" + backbones_table(pooled, columns))
+        text += (
+            f"\n\nPooled over the backbones {', '.join(backbones)}: mean of every (backbone, seed) difference "
+            "(seeds: spread across seeds within a backbone; backbones: spread of the per-backbone means; seeds "
+            "ahead / paired on each backbone) and the verdict (ahead or behind: on at least 4 of 5 seeds on every "
+            "backbone)\n\n" + backbones_table(pooled, columns)
+        )
     return text, out
 
 
@@ -117,8 +144,10 @@ def backbone_entries(protocol: str, backbones: Sequence[str]) -> dict[str, str]:
     if not backbones:
         return {}
     if protocol == "fair":
-        raise ValueError("--backbones pools single-model protocols (conventional, holdout); run the fair protocol "
-                         "once per backbone with --set model.pretrained=NAME")
+        raise ValueError(
+            "--backbones pools single-model protocols (conventional, holdout); run the fair protocol "
+            "once per backbone with --set model.pretrained=NAME"
+        )
     entries: dict[str, str] = {}
     same: dict[str, str] = {}  # what makes two entries one backbone -> the entry
     for name in backbones:
@@ -127,14 +156,20 @@ def backbone_entries(protocol: str, backbones: Sequence[str]) -> dict[str, str]:
         elif Path(name).expanduser().is_file():
             label, identity = Path(name).stem, str(Path(name).expanduser().resolve())
         else:
-            raise ValueError(f"--backbones takes pretrained-backbone names ({', '.join(list_pretrained())}, each also as "
-                             f"<name>@seed<N>) or weights files; got '{name}', which is neither (no such file)")
+            raise ValueError(
+                f"--backbones takes pretrained-backbone names ({', '.join(list_pretrained())}, each also as "
+                f"<name>@seed<N>) or weights files; got '{name}', which is neither (no such file)"
+            )
         if identity in same:
-            raise ValueError(f"--backbones names one backbone twice ('{same[identity]}' and '{name}'; <name> and "
-                             "<name>@seed<its own seed> are the same backbone)")
+            raise ValueError(
+                f"--backbones names one backbone twice ('{same[identity]}' and '{name}'; <name> and "
+                "<name>@seed<its own seed> are the same backbone)"
+            )
         if label in entries:
-            raise ValueError(f"--backbones entries '{entries[label]}' and '{name}' would share the label '{label}' "
-                             "(their runs' folder); rename one of the weights files")
+            raise ValueError(
+                f"--backbones entries '{entries[label]}' and '{name}' would share the label '{label}' "
+                "(their runs' folder); rename one of the weights files"
+            )
         same[identity], entries[label] = name, name
     return entries
 
@@ -177,7 +212,9 @@ def run_protocol(
     else:
         collect = partial(_collect, protocol, configs, out, seeds, overrides, folds)
     (rows, raw), errors = gather_runs(collect, jobs=jobs, reuse=reuse, quiet=quiet)
-    title = f"{protocol} protocol, seeds {', '.join(map(str, seeds))} (mean ± std over the n seeds done, metrics in %)\n\n"
+    title = (
+        f"{protocol} protocol, seeds {', '.join(map(str, seeds))} (mean ± std over the n seeds done, metrics in %)\n\n"
+    )
     table = title + markdown_table(rows, columns, extra=run_columns(rows))
     record: dict[str, Any] = {"protocol": protocol, "seeds": list(seeds), "runs": raw}
     if backbones:

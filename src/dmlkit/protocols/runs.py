@@ -42,7 +42,9 @@ def _check_same_config(cfg: ExperimentConfig, folder: RunFolder) -> None:
         )
 
 
-def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
+def train_or_reuse(
+    cfg: ExperimentConfig, run_dir: Path, quiet: bool = True, callbacks: Sequence[Any] = ()
+) -> dict[str, Any]:
     """The summary of the run of ``cfg`` in ``run_dir``, training (or resuming) it if needed.
 
     A folder holding a run of a *different* config is an error, so a changed
@@ -60,7 +62,9 @@ def train_or_reuse(cfg: ExperimentConfig, run_dir: Path, quiet: bool = True, cal
     ensure_pretrained_for(cfg, quiet=quiet)  # a named pretrained backbone is built on first use
     if folder.last_checkpoint.is_file():
         return resume_trainer(run_dir, callbacks, quiet=quiet).fit()
-    return build_trainer(cfg, run_dir, callbacks, quiet=quiet).fit()  # a run stopped before its first checkpoint starts again
+    return build_trainer(
+        cfg, run_dir, callbacks, quiet=quiet
+    ).fit()  # a run stopped before its first checkpoint starts again
 
 
 def reuse_only(cfg: ExperimentConfig, run_dir: Path) -> Summary:
@@ -198,7 +202,9 @@ def train_in_parallel(runs: list[tuple[str, Path]], jobs: int) -> list[str]:
     return errors
 
 
-def gather_runs(collect: Callable[[Obtain], T], jobs: int = 1, reuse: bool = False, quiet: bool = True) -> tuple[T, list[str]]:
+def gather_runs(
+    collect: Callable[[Obtain], T], jobs: int = 1, reuse: bool = False, quiet: bool = True
+) -> tuple[T, list[str]]:
     """``collect(obtain)`` with the runs it needs trained first: the shared flow of protocol tables and sweeps.
 
     ``jobs > 1`` plans the missing runs (``collect`` with a ``Planner``) and trains

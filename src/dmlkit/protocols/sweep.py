@@ -81,8 +81,15 @@ def _valid_points(path: str | Path, overrides: Sequence[str], points: Sequence[P
     return base, invalid
 
 
-def _collect(protocol: str, plans: Sequence[tuple[str | Path, str, dict[Point, str]]], points: Sequence[Point],
-             out: Path, seeds: Sequence[int], overrides: Sequence[str], obtain: Obtain) -> list[dict[str, Any]]:
+def _collect(
+    protocol: str,
+    plans: Sequence[tuple[str | Path, str, dict[Point, str]]],
+    points: Sequence[Point],
+    out: Path,
+    seeds: Sequence[int],
+    overrides: Sequence[str],
+    obtain: Obtain,
+) -> list[dict[str, Any]]:
     results = []
     for path, base, invalid in plans:
         for point in points:
@@ -91,7 +98,8 @@ def _collect(protocol: str, plans: Sequence[tuple[str | Path, str, dict[Point, s
                 entry.update(invalid=invalid[point], per_seed=[])
             else:
                 entry["per_seed"] = run_single_model(
-                    protocol, path, [*overrides, *point_overrides(base, point)], seeds, out, obtain)
+                    protocol, path, [*overrides, *point_overrides(base, point)], seeds, out, obtain
+                )
             results.append(entry)
     return results
 
@@ -123,7 +131,9 @@ def run_sweep(
     two-key grid (rows: first key). Larger grids get the table only.
     """
     if protocol not in PROTOCOL_OVERRIDES:
-        raise ValueError(f"sweeps run a single-model protocol; valid: {', '.join(PROTOCOL_OVERRIDES)} (got '{protocol}')")
+        raise ValueError(
+            f"sweeps run a single-model protocol; valid: {', '.join(PROTOCOL_OVERRIDES)} (got '{protocol}')"
+        )
     check_batch_arguments("run_sweep", configs, seeds, columns)
     if len(grid) <= 2:  # sweep.png is drawn after every run: its package is checked before the first
         require("matplotlib", "plots", "dmlkit sweep's sweep.png")
@@ -136,12 +146,19 @@ def run_sweep(
     for entry in results:
         entry["summary"] = summarise(entry["per_seed"])
     rows = [(_row_label(e), e["summary"]) for e in results]
-    title = (f"{protocol} protocol sweep over {', '.join(grid)}, seeds {', '.join(map(str, seeds))} "
-             f"(mean ± std over the n seeds done, metrics in %)\n\n")
+    title = (
+        f"{protocol} protocol sweep over {', '.join(grid)}, seeds {', '.join(map(str, seeds))} "
+        f"(mean ± std over the n seeds done, metrics in %)\n\n"
+    )
     table = title + markdown_table(rows, columns, extra=run_columns(rows))
     (out / "results.md").write_text(table)
-    record = {"protocol": protocol, "grid": grid, "seeds": list(seeds), "metric": metric,
-              "results": [{k: v for k, v in e.items() if k != "summary"} for e in results]}
+    record = {
+        "protocol": protocol,
+        "grid": grid,
+        "seeds": list(seeds),
+        "metric": metric,
+        "results": [{k: v for k, v in e.items() if k != "summary"} for e in results],
+    }
     (out / "results.json").write_text(json.dumps(record, indent=2) + "\n")
     if len(grid) <= 2:
         from dmlkit.viz.sweep_plots import sweep_figure
@@ -152,7 +169,9 @@ def run_sweep(
     return table
 
 
-def sweep_cells(results: Sequence[dict[str, Any]], metric: str) -> dict[str, dict[tuple[str, ...], tuple[float, float]]]:
+def sweep_cells(
+    results: Sequence[dict[str, Any]], metric: str
+) -> dict[str, dict[tuple[str, ...], tuple[float, float]]]:
     """``{config: {point values: (mean, std) of metric}}``; NaN for invalid or unfinished points."""
     cells: dict[str, dict[tuple[str, ...], tuple[float, float]]] = {}
     for entry in results:

@@ -20,8 +20,14 @@ COLUMN_SETS: dict[str, list[tuple[str, str]]] = {
     "thesis": [("P@1", "precision_at_1"), ("MAP@R", "mean_average_precision_at_r")],
     "sft": [("R@1", "recall_at_1"), ("R@2", "recall_at_2"), ("R@4", "recall_at_4"), ("NMI", "NMI"), ("F1", "F1")],
     "all": [
-        ("P@1", "precision_at_1"), ("R@2", "recall_at_2"), ("R@4", "recall_at_4"), ("R@8", "recall_at_8"),
-        ("RP", "r_precision"), ("MAP@R", "mean_average_precision_at_r"), ("NMI", "NMI"), ("F1", "F1"),
+        ("P@1", "precision_at_1"),
+        ("R@2", "recall_at_2"),
+        ("R@4", "recall_at_4"),
+        ("R@8", "recall_at_8"),
+        ("RP", "r_precision"),
+        ("MAP@R", "mean_average_precision_at_r"),
+        ("NMI", "NMI"),
+        ("F1", "F1"),
     ],
 }
 
@@ -57,7 +63,9 @@ def check_columns(columns: str) -> list[tuple[str, str]]:
     shown = {key for _, key in cols} | {"recall_at_1"}  # R@1 is P@1
     for metric in retrieval_metric_list():
         ks = _PLUG_IN_KS if metric.per_k else (None,)
-        cols += [(metric.short.format(k=k), metric.name.format(k=k)) for k in ks if metric.name.format(k=k) not in shown]
+        cols += [
+            (metric.short.format(k=k), metric.name.format(k=k)) for k in ks if metric.name.format(k=k) not in shown
+        ]
     return cols
 
 
@@ -70,7 +78,9 @@ def summarise(per_seed: Sequence[dict[str, float]], single_std: float = 0.0) -> 
     return {k: mean_std([m[k] for m in per_seed], single_std) for k in keys}
 
 
-def format_mean_std(stat: tuple[float, float] | None, scale: float = 100.0, digits: int = 2, signed: bool = False) -> str:
+def format_mean_std(
+    stat: tuple[float, float] | None, scale: float = 100.0, digits: int = 2, signed: bool = False
+) -> str:
     """``"mean ± std"`` of a ``mean_std`` result times ``scale`` (100: percent), ``digits`` decimals
     (``signed``: the mean with its sign, for differences); ``"n/a"`` when there were no values."""
     if stat is None or math.isnan(stat[0]):
@@ -81,7 +91,9 @@ def format_mean_std(stat: tuple[float, float] | None, scale: float = 100.0, digi
     return f"{stat[0] * scale:{sign}.{digits}f} ± {stat[1] * scale:.{digits}f}"
 
 
-def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]], columns: str, extra: Sequence[tuple[Any, ...]] = ()) -> str:
+def markdown_table(
+    rows: Sequence[tuple[str, dict[str, Any]]], columns: str, extra: Sequence[tuple[Any, ...]] = ()
+) -> str:
     """A markdown table: one row per ``(label, {metric: (mean, std)})``.
 
     ``extra`` adds ``(header, key)`` or ``(header, key, digits)`` columns printed without the
@@ -90,7 +102,8 @@ def markdown_table(rows: Sequence[tuple[str, dict[str, Any]]], columns: str, ext
     cols = check_columns(columns)
     headers = ["run"] + [h for h, _ in cols] + [e[0] for e in extra]
     cells = [
-        [label] + [format_mean_std(stats.get(key)) for _, key in cols]
+        [label]
+        + [format_mean_std(stats.get(key)) for _, key in cols]
         + [format_mean_std(stats.get(e[1]), scale=1.0, digits=e[2] if len(e) > 2 else 2) for e in extra]
         for label, stats in rows
     ]

@@ -75,7 +75,12 @@ class ProxyBank(nn.Module):
     """
 
     def __init__(
-        self, num_classes: int, proxies_per_class: int, dim: int, normalize: str = "none", seed: int = 0,
+        self,
+        num_classes: int,
+        proxies_per_class: int,
+        dim: int,
+        normalize: str = "none",
+        seed: int = 0,
         pool_normalize: str = "none",
     ) -> None:
         super().__init__()
@@ -85,7 +90,12 @@ class ProxyBank(nn.Module):
         for name, value in (("normalize", normalize), ("pool_normalize", pool_normalize)):
             if value not in NORMALIZATIONS:
                 raise ValueError(f"unknown proxy {name} '{value}'; valid values are: {', '.join(NORMALIZATIONS)}")
-        self.num_classes, self.proxies_per_class, self.dim, self.normalize = num_classes, proxies_per_class, dim, normalize
+        self.num_classes, self.proxies_per_class, self.dim, self.normalize = (
+            num_classes,
+            proxies_per_class,
+            dim,
+            normalize,
+        )
         self.pool_normalize = pool_normalize
         g = torch.Generator().manual_seed(seed)
         init = torch.nn.functional.normalize(torch.randn(num_classes * proxies_per_class, dim, generator=g), dim=1)
@@ -118,7 +128,11 @@ class ProxyBank(nn.Module):
 
     @torch.no_grad()
     def reinitialize(
-        self, embeddings: Tensor, labels: Tensor, generator: torch.Generator | None = None, from_current: bool = True,
+        self,
+        embeddings: Tensor,
+        labels: Tensor,
+        generator: torch.Generator | None = None,
+        from_current: bool = True,
         initial: Tensor | None = None,
     ) -> Tensor:
         """Set the proxies to greedy k-centre picks (Algorithm 2) among ``embeddings`` of each class.
@@ -162,8 +176,10 @@ class ProxyBank(nn.Module):
         return back[chosen_rows]
 
     def extra_repr(self) -> str:
-        return (f"num_classes={self.num_classes}, proxies_per_class={self.proxies_per_class}, dim={self.dim}, "
-                f"normalize={self.normalize!r}, pool_normalize={self.pool_normalize!r}")
+        return (
+            f"num_classes={self.num_classes}, proxies_per_class={self.proxies_per_class}, dim={self.dim}, "
+            f"normalize={self.normalize!r}, pool_normalize={self.pool_normalize!r}"
+        )
 
 
 class ProxyPairLoss(nn.Module):
@@ -176,7 +192,9 @@ class ProxyPairLoss(nn.Module):
         proxy_anchor: the proxies are the anchors and the batch the references (see the module docstring).
     """
 
-    def __init__(self, loss: nn.Module, bank: ProxyBank, miner: nn.Module | None = None, proxy_anchor: bool = False) -> None:
+    def __init__(
+        self, loss: nn.Module, bank: ProxyBank, miner: nn.Module | None = None, proxy_anchor: bool = False
+    ) -> None:
         super().__init__()
         if any(True for _ in loss.parameters()):
             raise ValueError(

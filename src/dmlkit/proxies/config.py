@@ -94,15 +94,22 @@ class CCPConfig:
                 "the k-centre picks the proxies among pool_size samples per class; raise pool_size "
                 "(pool_size == proxies_per_class is random selection)"
             )
-        for key, hint in (("lam", "the thesis uses 2e-4"), ("first_projection_lambda", "the official code uses 0"),
-                          ("batch_loss_weight", "official 0.1, thesis text 0")):
+        for key, hint in (
+            ("lam", "the thesis uses 2e-4"),
+            ("first_projection_lambda", "the official code uses 0"),
+            ("batch_loss_weight", "official 0.1, thesis text 0"),
+        ):
             value = getattr(self, key)
             if not is_real(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"methods.ccp.{key} must be a finite number >= 0 ({hint}), got {value!r}")
         if self.max_projections is not None and not _positive_int(self.max_projections):
-            raise ValueError(f"methods.ccp.max_projections must be a positive int or null, got {self.max_projections!r}")
+            raise ValueError(
+                f"methods.ccp.max_projections must be a positive int or null, got {self.max_projections!r}"
+            )
         mult = self.proxy_lr_mult
         if not is_real(mult) or not math.isfinite(mult) or mult <= 0:
             raise ValueError(f"methods.ccp.proxy_lr_mult must be a finite number > 0, got {mult!r}")
         if self.proxy_normalize not in NORMALIZATIONS:
-            raise ValueError(f"methods.ccp.proxy_normalize must be one of {NORMALIZATIONS}, got {self.proxy_normalize!r}")
+            raise ValueError(
+                f"methods.ccp.proxy_normalize must be one of {NORMALIZATIONS}, got {self.proxy_normalize!r}"
+            )

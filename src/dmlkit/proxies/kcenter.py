@@ -99,7 +99,9 @@ def greedy_k_center(points: Tensor, k: int, initial: Tensor | None = None, first
     return batched_greedy_k_center(points.unsqueeze(0), k, init, first=first)[0]
 
 
-def sample_class_pool(labels: Tensor, num_classes: int, pool_size: int, generator: torch.Generator | None = None) -> Tensor:
+def sample_class_pool(
+    labels: Tensor, num_classes: int, pool_size: int, generator: torch.Generator | None = None
+) -> Tensor:
     """``(C, pool_size)`` dataset indices: ``pool_size`` random samples of each class, without replacement.
 
     A class with fewer samples than ``pool_size`` contributes all of them, in random order,

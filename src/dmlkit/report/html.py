@@ -71,7 +71,9 @@ def _figure(data: bytes, caption: str, alt: str | None = None) -> str:
     )
 
 
-def _table(header: Sequence[str | tuple[str, str]], rows: Sequence[Sequence[str]], raw: bool = False, cls: str = "") -> str:
+def _table(
+    header: Sequence[str | tuple[str, str]], rows: Sequence[Sequence[str]], raw: bool = False, cls: str = ""
+) -> str:
     """An HTML table; cells are escaped unless ``raw`` (then they are trusted HTML ``<td>`` contents).
 
     A header given as ``(text, tooltip)`` gets the tooltip as its ``title``.
@@ -84,7 +86,9 @@ def _table(header: Sequence[str | tuple[str, str]], rows: Sequence[Sequence[str]
         cells = row if raw else [f"<td>{_e(c)}</td>" for c in row]
         body.append("<tr>" + "".join(cells) + "</tr>")
     attr = f' class="{cls}"' if cls else ""
-    return f'<div class="scroll"><table{attr}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    return (
+        f'<div class="scroll"><table{attr}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    )
 
 
 def _fmt(value: Any) -> str:
@@ -112,12 +116,19 @@ def _runs_section(runs: Sequence[RunRecord]) -> str:
     rows = []
     for run in runs:
         s = run.summary
-        rows.append([
-            run.label, str(run.path), _fmt(run.seed if run.seed is not None else ""), _fmt(s.get("steps", "")),
-            _fmt(s.get("best_step", "")), _fmt(s.get("train_seconds", "")),
-            {True: "test split", False: "validation split"}.get(s.get("validated_on_test"), "?"),
-            _fmt(run.world_size if run.world_size is not None else "?"), _device(run),
-        ])
+        rows.append(
+            [
+                run.label,
+                str(run.path),
+                _fmt(run.seed if run.seed is not None else ""),
+                _fmt(s.get("steps", "")),
+                _fmt(s.get("best_step", "")),
+                _fmt(s.get("train_seconds", "")),
+                {True: "test split", False: "validation split"}.get(s.get("validated_on_test"), "?"),
+                _fmt(run.world_size if run.world_size is not None else "?"),
+                _device(run),
+            ]
+        )
     header = ["run", "folder", "seed", "steps", "best step", "train s", "early stopping on", "processes", "device"]
     return "<h2>Runs</h2>" + _table(header, rows)
 
@@ -129,7 +140,9 @@ def _config_section(runs: Sequence[RunRecord]) -> str:
     if not diffs:
         body = '<p class="note">All runs have the same config.</p>'
     else:
-        body = _table(["config key"] + [r.label for r in runs], [[k] + [_fmt(v) for v in vals] for k, vals in diffs.items()])
+        body = _table(
+            ["config key"] + [r.label for r in runs], [[k] + [_fmt(v) for v in vals] for k, vals in diffs.items()]
+        )
     return "<h2>Config differences</h2>" + body
 
 
@@ -226,7 +239,8 @@ def _run_figures(run: RunRecord, names: Sequence[str], missing_hint: str) -> str
 
 def _embeddings_section(runs: Sequence[RunRecord]) -> str:
     body = "".join(
-        f"<h3>{_e(r.label)}</h3>" + _run_figures(r, [PROJECTION_PLOT, DISTANCES_PLOT], "the run was trained with plots: false")
+        f"<h3>{_e(r.label)}</h3>"
+        + _run_figures(r, [PROJECTION_PLOT, DISTANCES_PLOT], "the run was trained with plots: false")
         for r in runs
     )
     return "<h2>Test embeddings: 2-D projection and pair distances</h2>" + body
@@ -291,7 +305,7 @@ def _page(title: str, body: str, what: str) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{STYLE}</style></head><body>"
-        f"<h1>{_e(title)}</h1><p class=\"note\">{what}, generated {stamp} by dmlkit report.</p>"
+        f'<h1>{_e(title)}</h1><p class="note">{what}, generated {stamp} by dmlkit report.</p>'
         + body
         + "</body></html>\n"
     )
@@ -318,8 +332,11 @@ def build_report(
         load_runs(run_dirs)  # its error: at least one folder
     studies_html = "".join(study_section(s, _e, _table, _figure) for s in studies)
     if not run_folders:
-        text = _page(title or f"dmlkit report: {', '.join(s.name for s in studies)}", studies_html,
-                     f"{len(studies)} study folder(s)")
+        text = _page(
+            title or f"dmlkit report: {', '.join(s.name for s in studies)}",
+            studies_html,
+            f"{len(studies)} study folder(s)",
+        )
     else:
         runs = load_runs(run_folders)
         text = render_report(runs, title=title, gallery=gallery, queries=queries, k=k)

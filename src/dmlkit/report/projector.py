@@ -76,7 +76,7 @@ def thumbnails(images: torch.Tensor, side: int) -> torch.Tensor:
         x = F.interpolate(x, size=size, mode="area" if scale < 1 else "bilinear").clamp(0, 1)
     out = torch.zeros(x.shape[0], x.shape[1], side, side)
     top, left = (side - size[0]) // 2, (side - size[1]) // 2
-    out[:, :, top:top + size[0], left:left + size[1]] = x
+    out[:, :, top : top + size[0], left : left + size[1]] = x
     return out
 
 
@@ -92,8 +92,10 @@ def sprite_images(dataset: Any, indices: torch.Tensor) -> torch.Tensor:
     positions = indices.tolist()
     first = _images(dataset, positions[:1])
     side = thumbnail_side(len(positions), *first.shape[2:])
-    chunks = [thumbnails(_images(dataset, positions[i:i + _IMAGE_CHUNK]), side)
-              for i in range(0, len(positions), _IMAGE_CHUNK)]
+    chunks = [
+        thumbnails(_images(dataset, positions[i : i + _IMAGE_CHUNK]), side)
+        for i in range(0, len(positions), _IMAGE_CHUNK)
+    ]
     return torch.cat(chunks)
 
 
@@ -109,7 +111,9 @@ def write_projector(run_dir: str | Path, split: str = "test", max_images: int = 
     A previous ``projector_<split>/`` of the run is replaced.
     """
     if not is_int(max_images) or max_images < 1:
-        raise ValueError(f"max_images must be a positive integer (the images shown in the projector), got {max_images!r}")
+        raise ValueError(
+            f"max_images must be a positive integer (the images shown in the projector), got {max_images!r}"
+        )
     require_tensorboard("dmlkit tensorboard")  # before the run is loaded and embedded
     run = load_finished_run(run_dir)  # a run folder (its best.pt) or a checkpoint inside one
     out = tensorboard_dir(run.folder.path) / f"projector_{split}"
@@ -119,15 +123,22 @@ def write_projector(run_dir: str | Path, split: str = "test", max_images: int = 
     indices = chosen_indices(len(dataset), max_images, run.cfg.seed)
     embeddings, labels = run.embed(Subset(dataset, indices.tolist()))
     names = list(getattr(dataset, "class_names", []))
-    metadata = [[str(int(i)), str(int(c)), _cell(names[int(c)] if int(c) < len(names) else int(c))]
-                for i, c in zip(indices, labels, strict=True)]
+    metadata = [
+        [str(int(i)), str(int(c)), _cell(names[int(c)] if int(c) < len(names) else int(c))]
+        for i, c in zip(indices, labels, strict=True)
+    ]
     images = sprite_images(dataset, indices)
     if out.exists():
         shutil.rmtree(out)
     writer = summary_writer(out, "dmlkit tensorboard")
     try:
-        writer.add_embedding(embeddings.float(), metadata=metadata, label_img=images, tag=split,
-                             metadata_header=["index", "label", "class"])
+        writer.add_embedding(
+            embeddings.float(),
+            metadata=metadata,
+            label_img=images,
+            tag=split,
+            metadata_header=["index", "label", "class"],
+        )
     finally:
         writer.close()
     return Projector(out, len(indices), embeddings.shape[1], run.checkpoint)

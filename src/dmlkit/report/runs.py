@@ -75,7 +75,9 @@ def load_run(path: str | Path) -> RunRecord:
     """Read the run folder ``path``; a ``ValueError`` names the file that is missing or unreadable."""
     folder = RunFolder(path)
     if not folder.path.is_dir():
-        raise ValueError(f"'{folder.path}' is not a run folder: no such directory; pass a folder written by dmlkit train")
+        raise ValueError(
+            f"'{folder.path}' is not a run folder: no such directory; pass a folder written by dmlkit train"
+        )
     for required in (folder.config, folder.metrics, folder.summary):
         if not required.is_file():
             hint = (
@@ -152,7 +154,9 @@ def config_differences(configs: Sequence[dict[str, Any]], ignore: Sequence[str] 
     return diffs
 
 
-def group_runs(runs: Sequence[RunRecord], ignore: Sequence[str] = GROUP_IGNORED_KEYS) -> list[tuple[str, list[RunRecord]]]:
+def group_runs(
+    runs: Sequence[RunRecord], ignore: Sequence[str] = GROUP_IGNORED_KEYS
+) -> list[tuple[str, list[RunRecord]]]:
     """Runs grouped by their config without ``ignore`` (seeds of one experiment), in order of appearance.
 
     Runs of one config trained by another number of processes form another group. A group's

@@ -33,27 +33,39 @@ def _percent(header: list[str], rows: list[list[str]]) -> list[list[str]]:
     return [[f"{100 * float(c):.2f}" if i in scaled and c else c for i, c in enumerate(row)] for row in rows]
 
 
-def study_section(folder: Path, escape: Callable[[object], str], table: Callable[..., str],
-                  figure: Callable[[bytes, str], str]) -> str:
+def study_section(
+    folder: Path, escape: Callable[[object], str], table: Callable[..., str], figure: Callable[[bytes, str], str]
+) -> str:
     """HTML of one study folder (the report's own helpers escape text and draw tables and figures)."""
     record = yaml.safe_load((folder / STUDY_FILE).read_text()) or {}
     best = json.loads((folder / "best.json").read_text()) if (folder / "best.json").is_file() else None
-    parts = [f"<h2>Study {escape(record.get('study_name', folder.name))}</h2>",
-             f"<p>{escape(record.get('protocol'))} protocol, objective: validation {escape(record.get('metric'))}; "
-             f"config {escape(record.get('config_path'))}; folder <code>{escape(folder)}</code></p>"]
+    parts = [
+        f"<h2>Study {escape(record.get('study_name', folder.name))}</h2>",
+        f"<p>{escape(record.get('protocol'))} protocol, objective: validation {escape(record.get('metric'))}; "
+        f"config {escape(record.get('config_path'))}; folder <code>{escape(folder)}</code></p>",
+    ]
     space = record.get("space", {})
     parts.append(table(["key", "range"], [[k, json.dumps(v)] for k, v in space.items()]))
     if best is not None:
-        values = ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in best["params"].items())
+        values = ", ".join(
+            f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in best["params"].items()
+        )
         sem = "" if best.get("sem") is None else f" ± {100 * best['sem']:.2f} (SEM over folds)"
-        parts.append(f"<p><b>Best: trial {best['trial']}, {100 * best['value']:.2f}{sem}</b>: {escape(values)} "
-                     f"(<code>best.yaml</code>)</p>")
+        parts.append(
+            f"<p><b>Best: trial {best['trial']}, {100 * best['value']:.2f}{sem}</b>: {escape(values)} "
+            f"(<code>best.yaml</code>)</p>"
+        )
     header, rows = _rows(folder / "trials.csv")
     if rows:
         parts.append("<h3>Trials</h3>" + table(header, _percent(header, rows)))
-    figures = [figure((folder / name).read_bytes(), caption) for name, caption in
-               (("best_so_far.png", "every trial and the best so far"), ("importances.png", "importance of each key"))
-               if (folder / name).is_file()]
+    figures = [
+        figure((folder / name).read_bytes(), caption)
+        for name, caption in (
+            ("best_so_far.png", "every trial and the best so far"),
+            ("importances.png", "importance of each key"),
+        )
+        if (folder / name).is_file()
+    ]
     if figures:
         parts.append('<div class="row">' + "".join(figures) + "</div>")
     if (folder / "test.md").is_file():

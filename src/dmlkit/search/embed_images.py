@@ -71,8 +71,10 @@ class _Files(Dataset):
         try:
             return self.preprocess.load(self.paths[index])
         except ValueError as err:
-            raise ValueError(f"{err}; remove or replace it, or pass --on-corrupt skip (on_corrupt='skip') to leave "
-                             "unreadable images out") from err
+            raise ValueError(
+                f"{err}; remove or replace it, or pass --on-corrupt skip (on_corrupt='skip') to leave "
+                "unreadable images out"
+            ) from err
 
 
 def meta_path_for(embeddings: str | Path) -> Path:
@@ -161,8 +163,10 @@ def embed_images(
         chunks = -(-done["count"] // chunk_size)
         return EmbedResult(out, meta_path_for(out), done["count"], done["dim"], 0, chunks, done.get("skipped", 0))
     if on_corrupt == "error" and (bad := unopenable(items.paths)):
-        raise ValueError(f"{len(bad)} of {len(items)} image(s) cannot be read:\n{listed(bad)}\nremove or replace "
-                         "them, or pass --on-corrupt skip (on_corrupt='skip') to leave unreadable images out")
+        raise ValueError(
+            f"{len(bad)} of {len(items)} image(s) cannot be read:\n{listed(bad)}\nremove or replace "
+            "them, or pass --on-corrupt skip (on_corrupt='skip') to leave unreadable images out"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     parts = _parts_dir(out)
     _open_parts(parts, fingerprint, -(-len(items) // chunk_size))
@@ -179,7 +183,7 @@ def embed_images(
     with _progress(quiet) as progress:
         task = progress.add_task("embed", total=len(items), completed=done_images)
         for i in todo:
-            paths = items.paths[i * chunk_size:(i + 1) * chunk_size]
+            paths = items.paths[i * chunk_size : (i + 1) * chunk_size]
             loader = DataLoader(_Files(paths, model.preprocess), batch_size=batch, num_workers=num_workers)
             rows = []
             for x in loader:
@@ -209,8 +213,7 @@ def embed_images(
         write_json_atomic(skipped_path_for(out), [{"path": path, "reason": reason} for path, reason in skipped])
     write_json_atomic(meta_path_for(out), meta)
     shutil.rmtree(parts, ignore_errors=True)
-    return EmbedResult(out, meta_path_for(out), meta["count"], meta["dim"], len(todo), done_before,
-                       len(skipped or ()))
+    return EmbedResult(out, meta_path_for(out), meta["count"], meta["dim"], len(todo), done_before, len(skipped or ()))
 
 
 def _readable(items: ImageList, parts: Path) -> tuple[ImageList, list[tuple[str, str]]]:
@@ -246,8 +249,13 @@ def _progress(quiet: bool) -> Any:
 
     console = Console(stderr=True)
     return Progress(
-        TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TextColumn("images"), TimeRemainingColumn(),
-        console=console, disable=quiet or not console.is_terminal,
+        TextColumn("[bold]embed"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("images"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=quiet or not console.is_terminal,
     )
 
 

@@ -87,7 +87,9 @@ def run_exported(path: str | Path, fmt: str, images: torch.Tensor) -> torch.Tens
     raise ValueError(f"unknown export format '{fmt}'; valid formats are: {', '.join(EXPORT_FORMATS)}")
 
 
-def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path, metadata: dict[str, Any] | None = None) -> None:
+def _write(
+    model: nn.Module, example: torch.Tensor, fmt: str, out: Path, metadata: dict[str, Any] | None = None
+) -> None:
     text = json.dumps(metadata) if metadata is not None else None
     if fmt == "torchscript":
         with torch.no_grad(), warnings.catch_warnings():  # GSP traces as plain ops (gsp_transport)
@@ -99,8 +101,14 @@ def _write(model: nn.Module, example: torch.Tensor, fmt: str, out: Path, metadat
     batch = torch.export.Dim("batch", min=1, max=1 << 16)
     with torch.no_grad(), _known_exporter_noise_silenced():
         program = torch.onnx.export(
-            model, (example,), input_names=["images"], output_names=["embeddings"], opset_version=ONNX_OPSET,
-            dynamic_shapes=({0: batch},), dynamo=True, verbose=False,
+            model,
+            (example,),
+            input_names=["images"],
+            output_names=["embeddings"],
+            opset_version=ONNX_OPSET,
+            dynamic_shapes=({0: batch},),
+            dynamo=True,
+            verbose=False,
         )
     program.save(str(out))
     if text is not None:
@@ -143,8 +151,13 @@ def _check_finite(embeddings: torch.Tensor, what: str) -> None:
 
 
 def export_model(
-    model: nn.Module, example: torch.Tensor, fmt: str, out: str | Path, tolerance: float = 1e-5,
-    parity_inputs: list[torch.Tensor] | None = None, metadata: dict[str, Any] | None = None,
+    model: nn.Module,
+    example: torch.Tensor,
+    fmt: str,
+    out: str | Path,
+    tolerance: float = 1e-5,
+    parity_inputs: list[torch.Tensor] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> ExportReport:
     """Export ``model`` (put in eval mode) to ``out`` in format ``fmt`` and check it; see the module docstring.
 

@@ -70,8 +70,13 @@ def _parse(text: str | bytes | None, path: Path) -> dict[str, Any]:
     values = json.loads(text)
     p = values["preprocess"]
     values["preprocess"] = ImagePreprocess(
-        int(p["channels"]), int(p["size"]), tuple(p["mean"]), tuple(p["std"]), resize=p.get("resize"),
-        draft=bool(p.get("draft", False)), interpolate=bool(p.get("interpolate", False)),
+        int(p["channels"]),
+        int(p["size"]),
+        tuple(p["mean"]),
+        tuple(p["std"]),
+        resize=p.get("resize"),
+        draft=bool(p.get("draft", False)),
+        interpolate=bool(p.get("interpolate", False)),
     )  # files exported before the crop and interpolate modes lack those keys: a square resize
     return values
 

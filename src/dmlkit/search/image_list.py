@@ -40,7 +40,9 @@ def _with_classes(paths: list[Path], names: list[str | None]) -> ImageList:
 def _scan_folder(folder: Path) -> ImageList:
     paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
     if not paths:
-        raise ValueError(f"folder '{folder}' holds no images ({', '.join(IMAGE_SUFFIXES)}); pass a folder of images or a list file")
+        raise ValueError(
+            f"folder '{folder}' holds no images ({', '.join(IMAGE_SUFFIXES)}); pass a folder of images or a list file"
+        )
     names = [p.parent.name if p.parent != folder else None for p in paths]
     return _with_classes(paths, names)
 
@@ -60,7 +62,9 @@ def _read_list_file(path: Path) -> ImageList:
         paths.append(image)
         names.append(label.strip() or None)
     if not paths:
-        raise ValueError(f"list file '{path}' names no images; write one image path per line (optionally PATH<TAB>CLASS)")
+        raise ValueError(
+            f"list file '{path}' names no images; write one image path per line (optionally PATH<TAB>CLASS)"
+        )
     return _with_classes(paths, names)
 
 

@@ -40,7 +40,12 @@ from dmlkit.validation import is_int
 __all__ = ["IndexConfig", "MODES", "SearchIndex", "recall_at_k"]
 
 MODES = ("exact", "ivf", "hnsw")
-CLI_FLAGS = {"nlist": "--ivf N", "nprobe": "--nprobe", "m": "--hnsw M", "ef_search": "--ef-search"}  # of dmlkit index build
+CLI_FLAGS = {
+    "nlist": "--ivf N",
+    "nprobe": "--nprobe",
+    "m": "--hnsw M",
+    "ef_search": "--ef-search",
+}  # of dmlkit index build
 FORMAT = "dmlkit-index/1"
 TUNED = ("nlist", "nprobe", "ef_search")  # chosen from the data when left None
 TARGET_RECALL = 0.95  # recall@1 that a tuned search parameter reaches (Wilson lower bound, 95% confidence)
@@ -162,8 +167,13 @@ class SearchIndex:
 
     @classmethod
     def build(
-        cls, embeddings: np.ndarray, config: IndexConfig | None = None, meta: dict[str, Any] | None = None,
-        recall_k: int = 10, recall_sample: int = 1000, seed: int = 0,
+        cls,
+        embeddings: np.ndarray,
+        config: IndexConfig | None = None,
+        meta: dict[str, Any] | None = None,
+        recall_k: int = 10,
+        recall_sample: int = 1000,
+        seed: int = 0,
     ) -> "SearchIndex":
         """Index ``embeddings``; approximate modes also measure ``recall@recall_k`` (see the module docstring)."""
         for name, value in (("recall_k (--recall-k)", recall_k), ("recall_sample (--recall-sample)", recall_sample)):
@@ -198,8 +208,13 @@ class SearchIndex:
         nearest_other = np.where(ids[:, 0] == rows, d2[:, 1], d2[:, 0])  # a duplicate row may come first
         value, curve = tune_search(self._index, x, x[rows], rows, nearest_other, target_recall=TARGET_RECALL)
         setattr(self.config, self.config.search_param, int(value))
-        return {"param": self.config.search_param, "value": int(value), "target_recall_at_1": TARGET_RECALL,
-                "curve": [[p.value, p.recall, p.lower] for p in curve], "queries": int(rows.size)}
+        return {
+            "param": self.config.search_param,
+            "value": int(value),
+            "target_recall_at_1": TARGET_RECALL,
+            "curve": [[p.value, p.recall, p.lower] for p in curve],
+            "queries": int(rows.size),
+        }
 
     def measure_recall(self, embeddings: np.ndarray, k: int = 10, sample: int = 1000, seed: int = 0) -> dict[str, Any]:
         """Leave-one-out ``recall@k`` of this index against exact search on ``sample`` of its own rows."""
@@ -240,7 +255,11 @@ class SearchIndex:
     def describe(self) -> str:
         """One line: mode, parameters, size and measured recall."""
         c = self.config
-        params = {"exact": "", "ivf": f" nlist={c.nlist} nprobe={c.nprobe}", "hnsw": f" M={c.m} efSearch={c.ef_search}"}[c.mode]
+        params = {
+            "exact": "",
+            "ivf": f" nlist={c.nlist} nprobe={c.nprobe}",
+            "hnsw": f" M={c.m} efSearch={c.ef_search}",
+        }[c.mode]
         text = f"{c.mode}{params}: {self.ntotal} x {self.dim}"
         if "recall" in self.meta:
             r = self.meta["recall"]
@@ -256,8 +275,10 @@ class SearchIndex:
         remove_stale_temporaries(folder, targets=["index.faiss", "meta.json"])  # of a build that was killed
         with atomic_write(folder / "index.faiss") as fh:
             faiss.write_index(self._index, faiss.PyCallbackIOWriter(fh.write))
-        write_json_atomic(folder / "meta.json", {"format": FORMAT, "dim": self.dim, "count": self.ntotal,
-                                                 "config": asdict(self.config), **self.meta})
+        write_json_atomic(
+            folder / "meta.json",
+            {"format": FORMAT, "dim": self.dim, "count": self.ntotal, "config": asdict(self.config), **self.meta},
+        )
         return folder
 
     @classmethod
@@ -267,7 +288,9 @@ class SearchIndex:
         folder = Path(folder)
         meta_file, index_file = folder / "meta.json", folder / "index.faiss"
         if not (meta_file.is_file() and index_file.is_file()):
-            raise ValueError(f"'{folder}' is not an index folder (needs index.faiss and meta.json); build one with dmlkit index build")
+            raise ValueError(
+                f"'{folder}' is not an index folder (needs index.faiss and meta.json); build one with dmlkit index build"
+            )
         meta = json.loads(meta_file.read_text())
         if meta.get("format") != FORMAT:
             raise ValueError(f"'{meta_file}' is not a {FORMAT} index description")

@@ -18,7 +18,14 @@ from dmlkit.extras import require
 from dmlkit.search.embed_images import load_embeddings
 from dmlkit.search.index import IndexConfig, SearchIndex
 
-__all__ = ["Neighbour", "build_index_from_embeddings", "neighbours", "print_neighbours", "row_description", "search_index_folder"]
+__all__ = [
+    "Neighbour",
+    "build_index_from_embeddings",
+    "neighbours",
+    "print_neighbours",
+    "row_description",
+    "search_index_folder",
+]
 
 KEPT_META = ("run_dir", "checkpoint", "normalize", "paths", "labels", "class_names")
 
@@ -39,8 +46,12 @@ class Neighbour:
 
 
 def build_index_from_embeddings(
-    embeddings: str | Path, out: str | Path, config: IndexConfig | None = None, recall_k: int = 10,
-    recall_sample: int = 1000, seed: int = 0,
+    embeddings: str | Path,
+    out: str | Path,
+    config: IndexConfig | None = None,
+    recall_k: int = 10,
+    recall_sample: int = 1000,
+    seed: int = 0,
 ) -> SearchIndex:
     """Index the rows of an embeddings file into folder ``out``; approximate modes report recall (see ``index``)."""
     x, meta = load_embeddings(embeddings)
@@ -69,7 +80,9 @@ def neighbours(index: SearchIndex, query: np.ndarray, k: int = 10) -> list[Neigh
     if q.ndim == 2 and q.shape[0] == 1:
         q = q[0]
     if q.ndim != 1:
-        raise ValueError(f"one query embedding of shape (d,) is expected, got {q.shape}; search several with SearchIndex.search")
+        raise ValueError(
+            f"one query embedding of shape (d,) is expected, got {q.shape}; search several with SearchIndex.search"
+        )
     distances, ids = index.search(q, k)
     out = []
     for rank, (dist, row) in enumerate(zip(distances[0], ids[0]), 1):
@@ -80,7 +93,10 @@ def neighbours(index: SearchIndex, query: np.ndarray, k: int = 10) -> list[Neigh
 
 
 def search_index_folder(
-    index_dir: str | Path, image: str | Path | None = None, embedding: str | Path | None = None, k: int = 10,
+    index_dir: str | Path,
+    image: str | Path | None = None,
+    embedding: str | Path | None = None,
+    k: int = 10,
     run: str | Path | None = None,
 ) -> tuple[SearchIndex, list[Neighbour]]:
     """Open an index folder and answer one query given as an image file or a ``.npy`` embedding.
@@ -113,7 +129,13 @@ def print_neighbours(index: SearchIndex, results: list[Neighbour]) -> None:
     from rich.table import Table
 
     table = Table(title=f"nearest neighbours ({index.describe()})")
-    for column, justify in [("rank", "right"), ("distance", "right"), ("id", "right"), ("class", "left"), ("path", "left")]:
+    for column, justify in [
+        ("rank", "right"),
+        ("distance", "right"),
+        ("id", "right"),
+        ("class", "left"),
+        ("path", "left"),
+    ]:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for n in results:
         label = n.class_name if n.class_name is not None else ("" if n.label is None else str(n.label))

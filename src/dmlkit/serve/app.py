@@ -74,8 +74,11 @@ def _decode_upload(data: bytes, content_type: str, filename: str, model: RunMode
     except HTTPException:
         raise
     except Exception as err:  # PIL raises many types for corrupt data
-        raise HTTPException(400, f"'{filename}' is not a readable image ({type(err).__name__}: {err}); "
-                                 "upload a valid PNG, JPEG, BMP or WebP file") from err
+        raise HTTPException(
+            400,
+            f"'{filename}' is not a readable image ({type(err).__name__}: {err}); "
+            "upload a valid PNG, JPEG, BMP or WebP file",
+        ) from err
     if kind not in ALLOWED_TYPES.values():
         raise HTTPException(415, f"'{filename}' is a {kind} image; upload PNG, JPEG, BMP or WebP")
     declared = ALLOWED_TYPES.get(content_type)
@@ -85,8 +88,11 @@ def _decode_upload(data: bytes, content_type: str, filename: str, model: RunMode
 
 
 def create_app(
-    index_dir: str | Path, run: str | Path | RunModel | ExportedModel | None = None, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
-    k_default: int = 10, max_k: int = 100,
+    index_dir: str | Path,
+    run: str | Path | RunModel | ExportedModel | None = None,
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+    k_default: int = 10,
+    max_k: int = 100,
 ) -> Any:
     """The ASGI application serving ``index_dir`` (see the module docstring).
 
@@ -146,8 +152,13 @@ class _Served:
     def described(self, results: list, started: float, query: dict[str, Any]) -> dict[str, Any]:
         """The answer to a search: the query, its neighbours with their thumbnails, the index, the time taken."""
         items = [{**n.to_dict(), "thumbnail": f"/thumb/{n.id}"} for n in results]
-        return {"query": query, "k": len(items), "neighbours": items, "index": self.index.describe(),
-                "elapsed_ms": (time.perf_counter() - started) * 1000}
+        return {
+            "query": query,
+            "k": len(items),
+            "neighbours": items,
+            "index": self.index.describe(),
+            "elapsed_ms": (time.perf_counter() - started) * 1000,
+        }
 
 
 def _add_page_routes(app: FastAPI, s: _Served) -> None:
@@ -160,9 +171,18 @@ def _add_page_routes(app: FastAPI, s: _Served) -> None:
 
     @app.get("/api/info")
     def info() -> dict[str, Any]:
-        return {"count": index.ntotal, "dim": index.dim, "mode": index.config.mode, "description": index.describe(),
-                "recall": index.meta.get("recall"), "run_dir": str(s.model.run_dir), "k_default": s.k_default,
-                "max_k": s.max_k, "max_upload_bytes": s.max_upload_bytes, "allowed_types": sorted(ALLOWED_TYPES)}
+        return {
+            "count": index.ntotal,
+            "dim": index.dim,
+            "mode": index.config.mode,
+            "description": index.describe(),
+            "recall": index.meta.get("recall"),
+            "run_dir": str(s.model.run_dir),
+            "k_default": s.k_default,
+            "max_k": s.max_k,
+            "max_upload_bytes": s.max_upload_bytes,
+            "allowed_types": sorted(ALLOWED_TYPES),
+        }
 
     @app.get("/api/gallery")
     def gallery(offset: int = Query(0, ge=0), limit: int = Query(48, ge=1, le=200)) -> dict[str, Any]:
@@ -184,7 +204,9 @@ def _add_search_routes(app: FastAPI, s: _Served) -> None:
             raise HTTPException(415, f"'{name}' has type '{content_type or 'unknown'}'; upload PNG, JPEG, BMP or WebP")
         data = image.file.read(s.max_upload_bytes + 1)
         if len(data) > s.max_upload_bytes:
-            raise HTTPException(413, f"'{name}' is larger than {s.max_upload_bytes / 2**20:.1f} MiB; send a smaller image")
+            raise HTTPException(
+                413, f"'{name}' is larger than {s.max_upload_bytes / 2**20:.1f} MiB; send a smaller image"
+            )
         batch = _decode_upload(data, content_type, name, s.model)
         with s.model_lock:
             query = s.model.embed(torch.from_numpy(batch)).numpy()

@@ -30,9 +30,16 @@ class BodySizeLimit:
 
     async def _reject(self, send: Send) -> None:
         mib = self.max_bytes / 2**20
-        body = json.dumps({"detail": f"request body too large: the limit is {mib:.1f} MiB; send a smaller image"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        body = json.dumps(
+            {"detail": f"request body too large: the limit is {mib:.1f} MiB; send a smaller image"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

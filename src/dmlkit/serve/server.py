@@ -22,7 +22,10 @@ def is_loopback(host: str) -> bool:
 
 
 def serve(
-    index_dir: str | Path, run: str | Path | None = None, host: str = "127.0.0.1", port: int = 8000,
+    index_dir: str | Path,
+    run: str | Path | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
     max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
 ) -> None:
     """Serve ``index_dir`` at ``http://host:port/`` until interrupted (Ctrl-C)."""
@@ -31,11 +34,16 @@ def serve(
 
         from dmlkit.serve.app import create_app
     except ImportError as err:
-        raise ValueError(f"dmlkit serve needs FastAPI, uvicorn and python-multipart ({err}): pip install 'dmlkit[serve]'") from err
+        raise ValueError(
+            f"dmlkit serve needs FastAPI, uvicorn and python-multipart ({err}): pip install 'dmlkit[serve]'"
+        ) from err
     if not 0 < port < 65536:
         raise ValueError(f"--port must lie in 1..65535, got {port}")
     app = create_app(index_dir, run, max_upload_bytes=max_upload_bytes)
     if not is_loopback(host):
-        print(f"warning: serving on {host}: other machines can reach this server (it has no authentication)", file=sys.stderr)
+        print(
+            f"warning: serving on {host}: other machines can reach this server (it has no authentication)",
+            file=sys.stderr,
+        )
     print(f"dmlkit serve: http://{'[' + host + ']' if ':' in host else host}:{port}/  (Ctrl-C stops)", file=sys.stderr)
     uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -15,4 +15,13 @@ from dmlkit.tune.space import Parameter, SearchSpace
 from dmlkit.tune.study_setup import SearchSettings
 from dmlkit.tune.tuning import StudyResult, tune
 
-__all__ = ["Parameter", "SearchSettings", "SearchSpace", "StudyResult", "list_spaces", "register_space", "space_for", "tune"]
+__all__ = [
+    "Parameter",
+    "SearchSettings",
+    "SearchSpace",
+    "StudyResult",
+    "list_spaces",
+    "register_space",
+    "space_for",
+    "tune",
+]

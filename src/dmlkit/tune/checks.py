@@ -50,7 +50,9 @@ def _refusal(path: str | Path, overrides: Sequence[str], values: dict[str, Any],
     return None
 
 
-def _problem(path: str | Path, overrides: Sequence[str], space: SearchSpace, parameter: Parameter, value: Any) -> str | None:
+def _problem(
+    path: str | Path, overrides: Sequence[str], space: SearchSpace, parameter: Parameter, value: Any
+) -> str | None:
     """Why ``value`` of ``parameter`` is refused, or None. A value refused only beside some values of the other
     keys (a pool that must hold the proxies, both tuned) is accepted: its trials that break the rule fail with
     the reason, and the study goes on."""

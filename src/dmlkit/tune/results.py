@@ -30,15 +30,23 @@ def trial_rows(trials: list[Any], keys: list[str]) -> list[dict[str, Any]]:
     rows = []
     for trial in sorted(counted_trials(trials), key=lambda t: t.number):
         attrs = trial.user_attrs
-        rows.append({
-            "trial": trial.number, "run": origin_number(trial), "state": trial.state.name.lower(),
-            "value": trial.value, "sem": attrs.get("sem"),
-            **{key: trial.params.get(key) for key in keys},
-            "steps": attrs.get("steps"), "best_step": attrs.get("best_steps"),
-            "train_seconds": attrs.get("train_seconds"),
-            "pruned_at": max(trial.intermediate_values) if trial.state.name == "PRUNED" and trial.intermediate_values else None,
-            "reason": attrs.get("fail_reason", ""),
-        })
+        rows.append(
+            {
+                "trial": trial.number,
+                "run": origin_number(trial),
+                "state": trial.state.name.lower(),
+                "value": trial.value,
+                "sem": attrs.get("sem"),
+                **{key: trial.params.get(key) for key in keys},
+                "steps": attrs.get("steps"),
+                "best_step": attrs.get("best_steps"),
+                "train_seconds": attrs.get("train_seconds"),
+                "pruned_at": max(trial.intermediate_values)
+                if trial.state.name == "PRUNED" and trial.intermediate_values
+                else None,
+                "reason": attrs.get("fail_reason", ""),
+            }
+        )
     return rows
 
 
@@ -56,8 +64,12 @@ def _markdown(rows: list[dict[str, Any]], metric: str) -> str:
     if not rows:
         return "no trials yet\n"
     headers = list(rows[0])
-    lines = ["| " + " | ".join(f"{metric} (%)" if h == "value" else ("SEM (%)" if h == "sem" else h) for h in headers) + " |",
-             "|" + "---|" * len(headers)]
+    lines = [
+        "| "
+        + " | ".join(f"{metric} (%)" if h == "value" else ("SEM (%)" if h == "sem" else h) for h in headers)
+        + " |",
+        "|" + "---|" * len(headers),
+    ]
     for row in rows:
         lines.append("| " + " | ".join(_cell(v, percent=k in ("value", "sem")) for k, v in row.items()) + " |")
     return "\n".join(lines) + "\n"
@@ -66,8 +78,10 @@ def _markdown(rows: list[dict[str, Any]], metric: str) -> str:
 def _best_config(record: dict[str, Any], best_params: dict[str, Any]) -> str:
     from dmlkit.config import dump_config, load_config
 
-    cfg = load_config(record["config_path"], [*record["overrides"], *overrides_of(best_params),
-                                               f"name={record['config'].get('name', 'experiment')}-tuned"])
+    cfg = load_config(
+        record["config_path"],
+        [*record["overrides"], *overrides_of(best_params), f"name={record['config'].get('name', 'experiment')}-tuned"],
+    )
     return dump_config(cfg)
 
 
@@ -123,12 +137,21 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
         from dmlkit.viz.tune_plots import importance_figure
 
         importance_figure(importances, study_dir / "importances.png")
-    summary = {"trial": best.number, "run": origin_number(best), "value": best.value, "sem": best.user_attrs.get("sem"), "metric": metric,
-               "params": best.params, "importances": importances,
-               "trials": {s: sum(r["state"] == s for r in rows) for s in ("complete", "pruned", "fail", "running")}}
+    summary = {
+        "trial": best.number,
+        "run": origin_number(best),
+        "value": best.value,
+        "sem": best.user_attrs.get("sem"),
+        "metric": metric,
+        "params": best.params,
+        "importances": importances,
+        "trials": {s: sum(r["state"] == s for r in rows) for s in ("complete", "pruned", "fail", "running")},
+    }
     (study_dir / "best.json").write_text(json.dumps(summary, indent=2) + "\n")
-    header = (f"# dmlkit tune: trial {best.number} of {study_dir}, {metric} {best.value:.4f} on the validation classes\n"
-              f"# values: {json.dumps(best.params)}\n")
+    header = (
+        f"# dmlkit tune: trial {best.number} of {study_dir}, {metric} {best.value:.4f} on the validation classes\n"
+        f"# values: {json.dumps(best.params)}\n"
+    )
     (study_dir / "best.yaml").write_text(header + _best_config(record, best.params))
     return summary
 

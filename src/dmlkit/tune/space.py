@@ -52,7 +52,9 @@ class Parameter:
                 raise ValueError(f"{where}: a categorical range needs a non-empty list of distinct choices")
             return
         if not (is_real(self.low) and is_real(self.high)) or not (math.isfinite(self.low) and math.isfinite(self.high)):
-            raise ValueError(f"{where}: a {self.kind} range needs finite numbers low and high, got {self.low!r}, {self.high!r}")
+            raise ValueError(
+                f"{where}: a {self.kind} range needs finite numbers low and high, got {self.low!r}, {self.high!r}"
+            )
         if self.kind == "int" and not (is_int(self.low) and is_int(self.high)):
             raise ValueError(f"{where}: an int range needs integer low and high, got {self.low!r}, {self.high!r}")
         if self.low > self.high:
@@ -86,19 +88,34 @@ class Parameter:
         if self.kind == "categorical":
             text = f"one of {', '.join(map(str, self.choices))}"
         else:
-            text = f"{self.kind} [{self.low:g}, {self.high:g}]" + (" log" if self.log else "") + (f" step {self.step:g}" if self.step else "")
+            text = (
+                f"{self.kind} [{self.low:g}, {self.high:g}]"
+                + (" log" if self.log else "")
+                + (f" step {self.step:g}" if self.step else "")
+            )
         return text + (f"  ({self.why})" if self.why else "")
 
 
 def _parameter(key: str, spec: Any, source: str) -> Parameter:
     if not isinstance(spec, Mapping):
-        raise ValueError(f"{source}: the range of '{key}' must be a mapping like {{type: float, low: 0.01, high: 1}}, got {spec!r}")
+        raise ValueError(
+            f"{source}: the range of '{key}' must be a mapping like {{type: float, low: 0.01, high: 1}}, got {spec!r}"
+        )
     unknown = sorted(set(spec) - _FIELDS)
     if unknown:
-        raise ValueError(f"{source}: range of '{key}' has unknown field(s) {unknown}; valid fields: {', '.join(sorted(_FIELDS))}")
-    return Parameter(key=key, kind=spec.get("type", "float"), low=spec.get("low"), high=spec.get("high"),
-                     log=bool(spec.get("log", False)), step=spec.get("step"), choices=tuple(spec.get("choices", ())),
-                     why=str(spec.get("why", "")))
+        raise ValueError(
+            f"{source}: range of '{key}' has unknown field(s) {unknown}; valid fields: {', '.join(sorted(_FIELDS))}"
+        )
+    return Parameter(
+        key=key,
+        kind=spec.get("type", "float"),
+        low=spec.get("low"),
+        high=spec.get("high"),
+        log=bool(spec.get("log", False)),
+        step=spec.get("step"),
+        choices=tuple(spec.get("choices", ())),
+        why=str(spec.get("why", "")),
+    )
 
 
 class SearchSpace:
@@ -109,7 +126,9 @@ class SearchSpace:
         if not parameters:
             raise ValueError(f"search space '{name}' is empty; give at least one key and its range")
         if len(set(keys)) != len(keys):
-            raise ValueError(f"search space '{name}' names a key twice: {sorted(k for k in keys if keys.count(k) > 1)[0]}")
+            raise ValueError(
+                f"search space '{name}' names a key twice: {sorted(k for k in keys if keys.count(k) > 1)[0]}"
+            )
         self.parameters = list(parameters)
         self.name = name
 
@@ -160,14 +179,18 @@ class SearchSpace:
 
 def overrides_of(values: Mapping[str, Any]) -> list[str]:
     """``--set`` overrides of a trial's values (YAML-dumped, so strings, lists and floats load back exactly)."""
-    return [f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
-            for key, value in values.items()]
+    return [
+        f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
+        for key, value in values.items()
+    ]
 
 
 def read_space_file(path: str | Path) -> SearchSpace:
     """A user's space: a YAML file mapping config keys to ranges."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"search space file '{path}' does not exist; pass a YAML file or a name of dmlkit tune --list-spaces")
+        raise ValueError(
+            f"search space file '{path}' does not exist; pass a YAML file or a name of dmlkit tune --list-spaces"
+        )
     values = yaml.safe_load(path.read_text()) or {}
     return SearchSpace.from_mapping(values, name=path.stem)

@@ -53,23 +53,34 @@ def _database(url: str, heartbeat: int, grace: int) -> Any:
     import sqlalchemy.exc
 
     if not url.startswith(("postgresql://", "postgresql+", "sqlite:///", "mysql")):
-        raise ValueError(f"--storage must be a database URL such as postgresql://USER:PASSWORD@HOST:PORT/DB, got {url!r}; "
-                         "leave it out for the study folder's own journal file")
+        raise ValueError(
+            f"--storage must be a database URL such as postgresql://USER:PASSWORD@HOST:PORT/DB, got {url!r}; "
+            "leave it out for the study folder's own journal file"
+        )
     url = _with_driver(url)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.storages.RDBStorage(
-                url, heartbeat_interval=heartbeat, grace_period=grace, heartbeat_stale_trial_callback=retry_callback(),
-                engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}} if url.startswith("postgresql") else None,
+                url,
+                heartbeat_interval=heartbeat,
+                grace_period=grace,
+                heartbeat_stale_trial_callback=retry_callback(),
+                engine_kwargs={"pool_pre_ping": True, "connect_args": {"connect_timeout": 10}}
+                if url.startswith("postgresql")
+                else None,
             )
     except ModuleNotFoundError as err:
-        raise ValueError(f"--storage {url.split(':', 1)[0]} needs its database driver ({err.name}); "
-                         "pip install 'dmlkit[tune]' installs psycopg2 for PostgreSQL") from err
+        raise ValueError(
+            f"--storage {url.split(':', 1)[0]} needs its database driver ({err.name}); "
+            "pip install 'dmlkit[tune]' installs psycopg2 for PostgreSQL"
+        ) from err
     except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as err:
         first = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
-        raise ValueError(f"cannot open the study storage {_hide_password(url)}: {first}; check the host, port, "
-                         "database name and password, and that the server accepts connections") from err
+        raise ValueError(
+            f"cannot open the study storage {_hide_password(url)}: {first}; check the host, port, "
+            "database name and password, and that the server accepts connections"
+        ) from err
 
 
 def _with_driver(url: str) -> str:

@@ -65,14 +65,31 @@ class StudyDefinition:
     plan: TrialPlan = field(compare=False)
 
     def signature(self) -> str:
-        text = json.dumps({"config": self.config_text, "space": self.space, "protocol": self.protocol,
-                           "folds": self.folds if self.protocol == "fair" else None, "metric": self.metric}, sort_keys=True)
+        text = json.dumps(
+            {
+                "config": self.config_text,
+                "space": self.space,
+                "protocol": self.protocol,
+                "folds": self.folds if self.protocol == "fair" else None,
+                "metric": self.metric,
+            },
+            sort_keys=True,
+        )
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def record(self, study_name: str, storage: str | None) -> dict[str, Any]:
-        return {"study_name": study_name, "signature": self.signature(), "storage": storage or "journal.log",
-                "config_path": self.plan.config_path, "overrides": list(self.plan.overrides), "protocol": self.protocol,
-                "folds": self.folds, "metric": self.metric, "space": self.space, "config": yaml.safe_load(self.config_text)}
+        return {
+            "study_name": study_name,
+            "signature": self.signature(),
+            "storage": storage or "journal.log",
+            "config_path": self.plan.config_path,
+            "overrides": list(self.plan.overrides),
+            "protocol": self.protocol,
+            "folds": self.folds,
+            "metric": self.metric,
+            "space": self.space,
+            "config": yaml.safe_load(self.config_text),
+        }
 
 
 def define_study(plan: TrialPlan, config_text: str, space: SearchSpace, metric: str) -> StudyDefinition:
@@ -97,8 +114,10 @@ def check_folder(study_dir: Path, definition: StudyDefinition, study_name: str, 
             )
         return
     if (study_dir / "trials").is_dir() and any((study_dir / "trials").iterdir()):
-        raise ValueError(f"'{study_dir}' holds trial runs but no {STUDY_FILE}; it is not a study folder of dmlkit tune; "
-                         "choose another --out folder")
+        raise ValueError(
+            f"'{study_dir}' holds trial runs but no {STUDY_FILE}; it is not a study folder of dmlkit tune; "
+            "choose another --out folder"
+        )
     study_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(record, sort_keys=False))
 
@@ -109,8 +128,9 @@ def make_sampler(settings: SearchSettings) -> Any:
     import optuna
 
     if settings.sampler == "tpe":
-        return optuna.samplers.TPESampler(seed=settings.seed, multivariate=True, constant_liar=True,
-                                          n_startup_trials=settings.startup_trials)
+        return optuna.samplers.TPESampler(
+            seed=settings.seed, multivariate=True, constant_liar=True, n_startup_trials=settings.startup_trials
+        )
     if settings.sampler == "gp":
         try:
             return optuna.samplers.GPSampler(seed=settings.seed, n_startup_trials=settings.startup_trials)
@@ -136,12 +156,20 @@ def open_study(storage: Any, study_name: str, definition: StudyDefinition, sampl
     """Create the study, or load it, refusing one of another search under the same name."""
     import optuna
 
-    study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize", sampler=sampler,
-                                pruner=pruner, load_if_exists=True)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=study_name,
+        direction="maximize",
+        sampler=sampler,
+        pruner=pruner,
+        load_if_exists=True,
+    )
     stored = study.user_attrs.get(SIGNATURE_ATTR)
     if stored is None:
         study.set_user_attr(SIGNATURE_ATTR, definition.signature())
-        study.set_user_attr("definition", json.dumps(asdict(definition) | {"plan": asdict(definition.plan)}, default=str))
+        study.set_user_attr(
+            "definition", json.dumps(asdict(definition) | {"plan": asdict(definition.plan)}, default=str)
+        )
     elif stored != definition.signature():
         raise ValueError(
             f"the storage already holds a study named '{study_name}' of another search (config, space or protocol "

@@ -49,7 +49,9 @@ class TrialPlan:
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"tuning protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
-        if self.protocol == "fair" and (isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 2):
+        if self.protocol == "fair" and (
+            isinstance(self.folds, bool) or not isinstance(self.folds, int) or self.folds < 2
+        ):
             raise ValueError(f"the fair protocol needs folds >= 2, got {self.folds!r}")
 
     def run_overrides(self, values: dict[str, Any], name: str, fold: int | None) -> list[str]:
@@ -90,8 +92,10 @@ class PruningCallback(Callback):
         self.trial.report(float(metrics[self.metric]), step)
         if self.trial.should_prune():
             if trainer.fabric.is_global_zero:
-                write_json_atomic(trainer.folder.path / PRUNED_FILE,
-                                  {"trial": self.trial.number, "step": trainer.state.step, self.metric: metrics[self.metric]})
+                write_json_atomic(
+                    trainer.folder.path / PRUNED_FILE,
+                    {"trial": self.trial.number, "step": trainer.state.step, self.metric: metrics[self.metric]},
+                )
             raise optuna.TrialPruned(f"pruned at step {trainer.state.step} ({self.metric} {metrics[self.metric]:.4f})")
 
 
@@ -115,5 +119,6 @@ def run_trial(plan: TrialPlan, values: dict[str, Any], trial_dir: Path, name: st
         steps.append(int(summary["steps"]))
         best_steps.append(int(summary["best_step"]))
         seconds += float(summary["train_seconds"])
-    return TrialScore(statistics.fmean(fold_values), _sem(fold_values), tuple(fold_values), tuple(steps),
-                      tuple(best_steps), seconds)
+    return TrialScore(
+        statistics.fmean(fold_values), _sem(fold_values), tuple(fold_values), tuple(steps), tuple(best_steps), seconds
+    )

@@ -92,8 +92,10 @@ def _spawn_workers(job: WorkerJob, jobs: int, quiet: bool) -> int:
             signal.signal(signum, handler)
     failed = [p.exitcode for p in processes if p.exitcode not in (0, None)]
     if failed and not received["signal"]:
-        raise RuntimeError(f"{len(failed)} of {jobs} tune workers ended with exit codes {failed}; the study keeps what "
-                           "they finished: run the same command again to go on")
+        raise RuntimeError(
+            f"{len(failed)} of {jobs} tune workers ended with exit codes {failed}; the study keeps what "
+            "they finished: run the same command again to go on"
+        )
     return received["signal"]
 
 
@@ -162,11 +164,17 @@ def tune(
 
     ensure_pretrained_for(cfg, quiet=quiet)  # once, before parallel workers would each build it
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(open_storage(study_dir, storage, settings.heartbeat, settings.grace), name, definition, make_sampler(settings),
-                       make_pruner(settings, cfg.train.val_every, cfg.train.max_steps * len(plan.fold_indices())))
+    study = open_study(
+        open_storage(study_dir, storage, settings.heartbeat, settings.grace),
+        name,
+        definition,
+        make_sampler(settings),
+        make_pruner(settings, cfg.train.val_every, cfg.train.max_steps * len(plan.fold_indices())),
+    )
     _enqueue_start(study, cfg, resolved)
-    job = WorkerJob(str(study_dir), name, storage, definition, resolved, settings, trials,
-                    threads=_threads(jobs) if jobs > 1 else 0)
+    job = WorkerJob(
+        str(study_dir), name, storage, definition, resolved, settings, trials, threads=_threads(jobs) if jobs > 1 else 0
+    )
     stopped = _run_workers(job, jobs, quiet)
     record = definition.record(name, storage)
     best = write_results(study, study_dir, record, resolved.keys)

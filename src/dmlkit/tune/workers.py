@@ -63,8 +63,9 @@ def counted_trials(trials: list[Any]) -> list[Any]:
     from optuna.trial import TrialState
 
     retried = _retried_numbers(trials)
-    return [t for t in trials
-            if not (t.state == TrialState.FAIL and (t.number in retried or t.user_attrs.get(BEYOND_CAP)))]
+    return [
+        t for t in trials if not (t.state == TrialState.FAIL and (t.number in retried or t.user_attrs.get(BEYOND_CAP)))
+    ]
 
 
 def _waiting(trials: list[Any]) -> bool:
@@ -111,10 +112,17 @@ class _Objective:
                 if not isinstance(err, _pruned()):
                     trial.set_user_attr("fail_reason", INTERRUPTED)
                 raise
-            trial.set_user_attr("fail_reason", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:400])
+            trial.set_user_attr(
+                "fail_reason", f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:400]
+            )
             raise TrialFailed(str(err)) from err
-        for key, value in (("sem", score.sem), ("fold_values", list(score.fold_values)), ("steps", list(score.steps)),
-                           ("best_steps", list(score.best_steps)), ("train_seconds", round(score.seconds, 2))):
+        for key, value in (
+            ("sem", score.sem),
+            ("fold_values", list(score.fold_values)),
+            ("steps", list(score.steps)),
+            ("best_steps", list(score.best_steps)),
+            ("train_seconds", round(score.seconds, 2)),
+        ):
             trial.set_user_attr(key, value)
         return score.value
 
@@ -150,8 +158,12 @@ def _retry_interrupted(study: Any, worker_id: str) -> None:
     trials = study.get_trials(deepcopy=False)
     retried = _retried_numbers(trials)
     for trial in trials:
-        if (trial.state == TrialState.FAIL and trial.user_attrs.get(WORKER_ATTR) == worker_id
-                and trial.number not in retried and trial.user_attrs.get("fail_reason") in (None, INTERRUPTED)):
+        if (
+            trial.state == TrialState.FAIL
+            and trial.user_attrs.get(WORKER_ATTR) == worker_id
+            and trial.number not in retried
+            and trial.user_attrs.get("fail_reason") in (None, INTERRUPTED)
+        ):
             retry_callback()(study, study._storage.get_trial(trial._trial_id))
 
 
@@ -178,8 +190,12 @@ def run_worker(job: WorkerJob, say: Any = None) -> int:
     cfg = load_config(job.definition.plan.config_path, list(job.definition.plan.overrides))
     budget = cfg.train.max_steps * len(job.definition.plan.fold_indices())
     storage = open_storage(study_dir, job.storage_url, job.settings.heartbeat, job.settings.grace)
-    study = optuna.load_study(study_name=job.study_name, storage=storage, sampler=make_sampler(job.settings),
-                              pruner=make_pruner(job.settings, cfg.train.val_every, budget))
+    study = optuna.load_study(
+        study_name=job.study_name,
+        storage=storage,
+        sampler=make_sampler(job.settings),
+        pruner=make_pruner(job.settings, cfg.train.val_every, budget),
+    )
     ran = 0
     with WorkerLock(study_dir) as lock:
         objective = _Objective(job, study, lock.id)

@@ -30,7 +30,12 @@ CORRECT_COLOUR = "#00a000"
 WRONG_COLOUR = "#e00000"
 
 __all__ = [
-    "CORRECT_COLOUR", "QUERY_COLOUR", "WRONG_COLOUR", "choose_queries", "draw_gallery", "gallery_figure",
+    "CORRECT_COLOUR",
+    "QUERY_COLOUR",
+    "WRONG_COLOUR",
+    "choose_queries",
+    "draw_gallery",
+    "gallery_figure",
     "nearest_neighbours",
 ]
 
@@ -42,7 +47,9 @@ def choose_queries(labels: torch.Tensor, n: int, seed: int = 0) -> torch.Tensor:
     """
     labels = torch.as_tensor(labels).reshape(-1)
     if not is_int(n) or not 1 <= n <= len(labels):
-        raise ValueError(f"the number of queries must be an integer in [1, {len(labels)}] (the images of the split), got {n!r}")
+        raise ValueError(
+            f"the number of queries must be an integer in [1, {len(labels)}] (the images of the split), got {n!r}"
+        )
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed)).tolist()
     values, counts = torch.unique(labels, return_counts=True)
     repeated = {int(v) for v, c in zip(values, counts) if c > 1}
@@ -136,7 +143,9 @@ def gallery_figure(
         label = int(query_labels[row])
         ax = axes[row, 0]
         _show(ax, query_images[row], QUERY_COLOUR)
-        ax.set_title(_short(class_names[label] if class_names is not None else str(label)), fontsize=6, color=QUERY_COLOUR)
+        ax.set_title(
+            _short(class_names[label] if class_names is not None else str(label)), fontsize=6, color=QUERY_COLOUR
+        )
         for col in range(k):
             ax = axes[row, col + 1]
             _show(ax, neighbour_images[row, col], CORRECT_COLOUR if bool(correct[row, col]) else WRONG_COLOUR)

@@ -49,7 +49,9 @@ def pca_2d(embeddings: torch.Tensor) -> torch.Tensor:
     return (centred @ v[:2].T).float()
 
 
-def embedding_projection(embeddings: torch.Tensor, labels: torch.Tensor, path: str | Path, max_classes: int = 20) -> None:
+def embedding_projection(
+    embeddings: torch.Tensor, labels: torch.Tensor, path: str | Path, max_classes: int = 20
+) -> None:
     """2-D PCA of the embeddings of the first ``max_classes`` classes, one colour per class."""
     classes = torch.unique(labels)[:max_classes]
     keep = torch.isin(labels, classes)

@@ -36,15 +36,32 @@ def _draw(ax, samples, labels, converged, converged_labels, next_proxies, next_l
     cmap = plt.get_cmap("tab10" if int(labels.max()) < 10 else "tab20")
     colour = lambda y: cmap(int(y) % cmap.N)  # noqa: E731
     pts = project(samples.detach().cpu())
-    ax.scatter(pts[:, 0], pts[:, 1], c=[colour(y) for y in labels.tolist()], s=14, alpha=0.7, linewidths=0,
-               label="samples")
+    ax.scatter(
+        pts[:, 0], pts[:, 1], c=[colour(y) for y in labels.tolist()], s=14, alpha=0.7, linewidths=0, label="samples"
+    )
     conv = project(converged.detach().cpu())
-    ax.scatter(conv[:, 0], conv[:, 1], c=[colour(y) for y in converged_labels.tolist()], marker="s", s=60,
-               edgecolors="black", linewidths=0.8, label="converged proxies")
+    ax.scatter(
+        conv[:, 0],
+        conv[:, 1],
+        c=[colour(y) for y in converged_labels.tolist()],
+        marker="s",
+        s=60,
+        edgecolors="black",
+        linewidths=0.8,
+        label="converged proxies",
+    )
     if next_proxies is not None and next_labels is not None:
         nxt = project(next_proxies.detach().cpu())
-        ax.scatter(nxt[:, 0], nxt[:, 1], facecolors="none", edgecolors=[colour(y) for y in next_labels.tolist()],
-                   marker="o", s=90, linewidths=1.6, label="next proxies (k-centre)")
+        ax.scatter(
+            nxt[:, 0],
+            nxt[:, 1],
+            facecolors="none",
+            edgecolors=[colour(y) for y in next_labels.tolist()],
+            marker="o",
+            s=90,
+            linewidths=1.6,
+            label="next proxies (k-centre)",
+        )
     ax.set_aspect("equal", adjustable="datalim")
     ax.set_title(title, fontsize=9)
 
@@ -60,8 +77,20 @@ def proxy_figure(
     title: str = "CCP: samples, converged proxies (squares), next proxies (circles)",
 ) -> None:
     """Write the figure to ``path`` (PNG)."""
-    proxy_panels([{"samples": samples, "labels": labels, "converged": converged, "converged_labels": converged_labels,
-                   "next": next_proxies, "next_labels": next_labels, "title": title}], path)
+    proxy_panels(
+        [
+            {
+                "samples": samples,
+                "labels": labels,
+                "converged": converged,
+                "converged_labels": converged_labels,
+                "next": next_proxies,
+                "next_labels": next_labels,
+                "title": title,
+            }
+        ],
+        path,
+    )
 
 
 def proxy_panels(panels: list[dict], path: str | Path) -> None:
@@ -76,9 +105,17 @@ def proxy_panels(panels: list[dict], path: str | Path) -> None:
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 4.5 * rows), squeeze=False)
     for ax, panel in zip(axes.flat, panels):
-        _draw(ax, panel["samples"], panel["labels"], panel["converged"], panel["converged_labels"], panel.get("next"),
-              panel.get("next_labels"), panel.get("title", ""))
-    for ax in list(axes.flat)[len(panels):]:
+        _draw(
+            ax,
+            panel["samples"],
+            panel["labels"],
+            panel["converged"],
+            panel["converged_labels"],
+            panel.get("next"),
+            panel.get("next_labels"),
+            panel.get("title", ""),
+        )
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7, loc="best")
     fig.tight_layout()

@@ -48,8 +48,12 @@ def _line_plot(cells: Cells, key: str, values: Sequence[str], metric: str) -> pl
 
 def _heat_maps(cells: Cells, keys: Sequence[str], grid: dict[str, list[str]], metric: str) -> plt.Figure:
     rows, cols = grid[keys[0]], grid[keys[1]]
-    fig, axes = plt.subplots(1, len(cells), figsize=(1.0 + 0.9 * len(cols) * len(cells) + 1.2 * len(cells), 0.7 * len(rows) + 1.6),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(cells),
+        figsize=(1.0 + 0.9 * len(cols) * len(cells) + 1.2 * len(cells), 0.7 * len(rows) + 1.6),
+        squeeze=False,
+    )
     for ax, (config, stats) in zip(axes[0], cells.items()):
         table = np.array([[100 * stats.get((r, c), (math.nan, math.nan))[0] for c in cols] for r in rows])
         cmap = plt.get_cmap("viridis").with_extremes(bad="lightgrey")
@@ -59,8 +63,15 @@ def _heat_maps(cells: Cells, keys: Sequence[str], grid: dict[str, list[str]], me
         for i, j in itertools.product(range(len(rows)), range(len(cols))):
             value = table[i, j]
             text = "–" if math.isnan(value) else f"{value:.1f}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                    color="white" if not math.isnan(value) and value < middle else "black")  # readable on viridis
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if not math.isnan(value) and value < middle else "black",
+            )  # readable on viridis
         ax.set_xticks(range(len(cols)), cols)
         ax.set_yticks(range(len(rows)), rows)
         ax.set(xlabel=keys[1], ylabel=keys[0], title=config)

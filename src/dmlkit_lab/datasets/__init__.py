@@ -18,7 +18,11 @@ from dmlkit_lab.datasets.glyph_testbed import GlyphsTestbedDataset
 
 __all__ = ["FontGlyphsDataset", "GlyphCollageDataset", "GlyphsTestbedDataset", "LAB_DATASETS", "register_datasets"]
 
-LAB_DATASETS = {"glyphs_testbed": GlyphsTestbedDataset, "glyph_collage": GlyphCollageDataset, "font_glyphs": FontGlyphsDataset}
+LAB_DATASETS = {
+    "glyphs_testbed": GlyphsTestbedDataset,
+    "glyph_collage": GlyphCollageDataset,
+    "font_glyphs": FontGlyphsDataset,
+}
 
 
 def register_datasets() -> None:

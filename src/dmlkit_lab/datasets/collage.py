@@ -89,8 +89,16 @@ def collage_candidates(codepoints: np.ndarray, split: str, class_pool: str = "gl
 
 
 def collage_layout(
-    image_class: np.ndarray, num_classes: int, split: str, train_classes: int, val_classes: int, test_classes: int,
-    background_classes: int, min_fonts: int, layout_seed: int, candidates: np.ndarray | None = None,
+    image_class: np.ndarray,
+    num_classes: int,
+    split: str,
+    train_classes: int,
+    val_classes: int,
+    test_classes: int,
+    background_classes: int,
+    min_fonts: int,
+    layout_seed: int,
+    candidates: np.ndarray | None = None,
 ) -> tuple[list[int], list[list[int]], list[int]]:
     """Glyph class ids of ``split``: ``(foreground, background groups, group of each foreground class)``.
 
@@ -136,8 +144,13 @@ class Collages(NamedTuple):
 
 
 def compose_collages(
-    table: GlyphTable, foreground: list[int], groups: list[list[int]], group_of: list[int], per_class: int,
-    image_size: int, generator: torch.Generator,
+    table: GlyphTable,
+    foreground: list[int],
+    groups: list[list[int]],
+    group_of: list[int],
+    per_class: int,
+    image_size: int,
+    generator: torch.Generator,
 ) -> Collages:
     """``per_class`` collages of each ``foreground`` class (glyph class ids) with background group
     ``groups[group_of[c]]``, ``image_size`` px square, glyphs and cells drawn from ``generator``."""
@@ -147,7 +160,11 @@ def compose_collages(
 
 
 def _draw_cells(
-    image_class: np.ndarray, foreground: list[int], groups: list[list[int]], group_of: list[int], per_class: int,
+    image_class: np.ndarray,
+    foreground: list[int],
+    groups: list[list[int]],
+    group_of: list[int],
+    per_class: int,
     generator: torch.Generator,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Labels, foreground cell and the glyph table row of each cell, ``per_class`` collages per class."""
@@ -223,15 +240,32 @@ class GlyphCollageDataset(StoredGlyphImages):
         normalize: bool = True,
         class_pool: str = "glyphs",
     ) -> None:
-        self._check_args(split, image_size, per_class, train_classes, val_classes, test_classes,
-                         background_classes, min_fonts, max_classes)
+        self._check_args(
+            split,
+            image_size,
+            per_class,
+            train_classes,
+            val_classes,
+            test_classes,
+            background_classes,
+            min_fonts,
+            max_classes,
+        )
         check_seed(seed)
         check_seed(layout_seed, "layout_seed")
         table = load_glyph_table(root, REFERENCE_SIZE)
         candidates = collage_candidates(np.asarray(table.codepoints), split, class_pool)
         fg, groups, group_of = collage_layout(
-            table.image_class, table.num_classes, split, train_classes, val_classes, test_classes,
-            background_classes, min_fonts, layout_seed, candidates,
+            table.image_class,
+            table.num_classes,
+            split,
+            train_classes,
+            val_classes,
+            test_classes,
+            background_classes,
+            min_fonts,
+            layout_seed,
+            candidates,
         )
         if max_classes is not None:
             fg, group_of = fg[:max_classes], group_of[:max_classes]
@@ -253,16 +287,28 @@ class GlyphCollageDataset(StoredGlyphImages):
 
     @classmethod
     def _check_args(
-        cls, split: str, image_size: object, per_class: object, train_classes: object, val_classes: object,
-        test_classes: object, background_classes: object, min_fonts: object, max_classes: object,
+        cls,
+        split: str,
+        image_size: object,
+        per_class: object,
+        train_classes: object,
+        val_classes: object,
+        test_classes: object,
+        background_classes: object,
+        min_fonts: object,
+        max_classes: object,
     ) -> None:
         if split not in cls.SPLITS:
             raise ValueError(f"unknown glyph_collage split '{split}'; valid splits are: {', '.join(cls.SPLITS)}")
         if not is_int(image_size) or image_size < 16 or image_size % 2:
             raise ValueError(f"glyph_collage image_size must be an even int >= 16 (2 x 2 cells), got {image_size!r}")
         for name, value, minimum in (
-            ("per_class", per_class, 1), ("train_classes", train_classes, 1), ("val_classes", val_classes, 0),
-            ("test_classes", test_classes, 1), ("background_classes", background_classes, 1), ("min_fonts", min_fonts, 1),
+            ("per_class", per_class, 1),
+            ("train_classes", train_classes, 1),
+            ("val_classes", val_classes, 0),
+            ("test_classes", test_classes, 1),
+            ("background_classes", background_classes, 1),
+            ("min_fonts", min_fonts, 1),
         ):
             _check_count(name, value, minimum)
         if max_classes is not None:

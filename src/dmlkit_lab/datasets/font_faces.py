@@ -66,8 +66,9 @@ def package_faces(packages: Sequence[str] | None = None) -> list[Path]:
         files = sorted({Path(f) for f in listed.split("\n") if f.lower().endswith(FACE_SUFFIXES)})
         faces.extend(f for f in files if f.is_file() and f not in faces)
     if not faces:
-        raise ValueError(f"the font packages {', '.join(packages)} hold no .ttf / .otf face; reinstall them "
-                         f"with `{INSTALL_COMMAND}`")
+        raise ValueError(
+            f"the font packages {', '.join(packages)} hold no .ttf / .otf face; reinstall them with `{INSTALL_COMMAND}`"
+        )
     return faces
 
 

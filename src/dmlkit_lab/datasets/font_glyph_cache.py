@@ -45,16 +45,24 @@ def cached_font_sizes(root: str | Path | None = None) -> list[int]:
     return cached_table_sizes("font_glyphs", FONT_GLYPHS_VERSION, root)
 
 
-def font_table_key(faces: Sequence[Path], candidates: Sequence[int], image_size: int, min_images: int | None = None) -> str:
+def font_table_key(
+    faces: Sequence[Path], candidates: Sequence[int], image_size: int, min_images: int | None = None
+) -> str:
     """What a cached table must match to be used (see the module docstring)."""
     cands = hashlib.sha256(",".join(str(int(c)) for c in sorted(candidates)).encode()).hexdigest()[:16]
-    return (f"font_glyphs v{FONT_GLYPHS_VERSION} {font_glyphs_rule(min_images)} faces={len(faces)}:{faces_fingerprint(faces)} "
-            f"candidates={len(candidates)}:{cands} size={int(image_size)}")
+    return (
+        f"font_glyphs v{FONT_GLYPHS_VERSION} {font_glyphs_rule(min_images)} faces={len(faces)}:{faces_fingerprint(faces)} "
+        f"candidates={len(candidates)}:{cands} size={int(image_size)}"
+    )
 
 
 def load_font_table(
-    faces: Sequence[Path], candidates: Sequence[int], root: str | Path | None = None,
-    image_size: int = REFERENCE_SIZE, force: bool = False, min_images: int | None = None,
+    faces: Sequence[Path],
+    candidates: Sequence[int],
+    root: str | Path | None = None,
+    image_size: int = REFERENCE_SIZE,
+    force: bool = False,
+    min_images: int | None = None,
 ) -> GlyphTable:
     """The table of ``candidates`` in ``faces`` at ``image_size`` px, from the cache or rendered (and cached) now;
     a class keeps at least ``min_images`` distinct images (default ``MIN_FACE_IMAGES``)."""
@@ -75,7 +83,9 @@ def load_font_table(
         table = rerender_font_table(reference, faces, image_size)
         counts = FontTableCounts()
     header = {
-        "key": np.array(key), "blank": np.array(counts.blank), "rendered": np.array(counts.rendered),
+        "key": np.array(key),
+        "blank": np.array(counts.blank),
+        "rendered": np.array(counts.rendered),
         "unreadable_faces": np.array(list(counts.unreadable_faces), dtype=str),
     }
     save_npz_atomic(path, table_arrays(table, header))
@@ -101,6 +111,7 @@ def _load(path: Path, key: str, faces: list[Path]) -> GlyphTable | None:
     warnings.warn(
         f"the font_glyphs cache {path} was rendered from other faces or another rule ({stored}); this machine has "
         f"{key} ({len(added)} faces added, e.g. {added[:3]}; {len(gone)} gone, e.g. {gone[:3]}): rendering it "
-        "again from this machine's faces only", stacklevel=3,
+        "again from this machine's faces only",
+        stacklevel=3,
     )
     return None

@@ -78,7 +78,9 @@ def build_font_table(
     return table, counts
 
 
-def _select(rendered: dict[tuple[int, int], np.ndarray], font_names: list[str], min_images: int, t0: float) -> GlyphTable:
+def _select(
+    rendered: dict[tuple[int, int], np.ndarray], font_names: list[str], min_images: int, t0: float
+) -> GlyphTable:
     """Rules 3-4 on the renderings ``(code point, face) -> image``: the kept images ordered by (class, face)."""
     pairs = sorted(rendered)
     if not pairs:

@@ -64,15 +64,25 @@ class FontGlyphsDataset(GlyphsDataset):
     SOURCE = "rendered once from Debian font packages (bash scripts/install_system_packages.sh) and cached"
     SPLITS = ("train", "val", "test", "dml")
 
-    def __init__(self, split: str = "train", root: str | Path | None = None, image_size: int = REFERENCE_SIZE,
-                 augment: bool = False, seed: int = 0, max_classes: int | None = None,
-                 augment_config: GlyphAugmentConfig | None = None, normalize: bool = True,
-                 faces: Sequence[str | Path] | None = None, min_images: int | None = None) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        root: str | Path | None = None,
+        image_size: int = REFERENCE_SIZE,
+        augment: bool = False,
+        seed: int = 0,
+        max_classes: int | None = None,
+        augment_config: GlyphAugmentConfig | None = None,
+        normalize: bool = True,
+        faces: Sequence[str | Path] | None = None,
+        min_images: int | None = None,
+    ) -> None:
         if split not in self.SPLITS:
             raise ValueError(f"unknown font_glyphs split '{split}'; valid splits are: {', '.join(self.SPLITS)}")
         if faces is not None and (isinstance(faces, (str, Path)) or not faces):
-            raise ValueError(f"faces must be a non-empty list of font files (or None for the installed packages), "
-                             f"got {faces!r}")
+            raise ValueError(
+                f"faces must be a non-empty list of font files (or None for the installed packages), got {faces!r}"
+            )
         self.faces = [Path(f) for f in faces] if faces is not None else None
         self.min_images = min_images
         super().__init__(split, root, image_size, augment, seed, max_classes, augment_config, normalize)
@@ -102,4 +112,6 @@ class FontGlyphsDataset(GlyphsDataset):
     @classmethod
     def local_state(cls, name: str) -> str:
         sizes = cached_font_sizes()
-        return f"cached ({', '.join(f'{s} px' for s in sizes)})" if sizes else "renders on first use (needs font packages)"
+        return (
+            f"cached ({', '.join(f'{s} px' for s in sizes)})" if sizes else "renders on first use (needs font packages)"
+        )

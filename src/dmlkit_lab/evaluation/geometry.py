@@ -108,7 +108,9 @@ def _r_w(s_c: Tensor, s_w: Tensor, energy: float) -> float:
     return float(torch.trace(u.T @ s_w @ u)) / total
 
 
-def r_w_curve(embeddings: Tensor, labels: Tensor, energies: Sequence[float] = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)) -> dict[float, float]:
+def r_w_curve(
+    embeddings: Tensor, labels: Tensor, energies: Sequence[float] = (0.5, 0.7, 0.8, 0.9, 0.95, 0.99)
+) -> dict[float, float]:
     """``{energy: r_w}`` for several energy fractions (Fig. 6c)."""
     s_c, s_w = scatter_matrices(embeddings, labels)
     return {float(e): _r_w(s_c, s_w, float(e)) for e in energies}
@@ -186,7 +188,12 @@ def covariance_spectra(embeddings: Tensor, labels: Tensor, num_classes: int = 4,
         keep = mean > 1e-12
         return float((v.std(0, correction=0)[keep] / mean[keep]).mean()) if keep.any() else 0.0
 
-    return {"eigenvalues": eig_t, "variances": diag_t, "relative_spread": spread(eig_t), "variance_spread": spread(diag_t)}
+    return {
+        "eigenvalues": eig_t,
+        "variances": diag_t,
+        "relative_spread": spread(eig_t),
+        "variance_spread": spread(diag_t),
+    }
 
 
 def geometry_report(embeddings: Tensor, labels: Tensor, energy: float = 0.99, seed: int = 0) -> dict[str, Any]:

@@ -106,8 +106,18 @@ def run_geometry_from_embeddings(
     s_c, _ = scatter_matrices(embeddings, labels)
     ev = torch.linalg.eigvalsh(s_c).flip(0).clamp_min(0)
     dims = int(torch.searchsorted(torch.cumsum(ev, 0) / ev.sum(), torch.tensor(R_W_ENERGY, dtype=ev.dtype) - 1e-12)) + 1
-    return RunGeometry(group, int(seed), path, split, curve[R_W_ENERGY], {str(k): v for k, v in curve.items()},
-                       [int(c) for c in classes], div, min(dims, s_c.shape[0]), int(s_c.shape[0]))
+    return RunGeometry(
+        group,
+        int(seed),
+        path,
+        split,
+        curve[R_W_ENERGY],
+        {str(k): v for k, v in curve.items()},
+        [int(c) for c in classes],
+        div,
+        min(dims, s_c.shape[0]),
+        int(s_c.shape[0]),
+    )
 
 
 def _cache_key(checkpoint: Path, split: str) -> str:
@@ -116,7 +126,9 @@ def _cache_key(checkpoint: Path, split: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def run_geometry(run_dir: str | Path, split: str = "train", group: str = "", cache_dir: str | Path | None = None) -> RunGeometry:
+def run_geometry(
+    run_dir: str | Path, split: str = "train", group: str = "", cache_dir: str | Path | None = None
+) -> RunGeometry:
     """The geometry of ``run_dir``'s best checkpoint on ``split`` (read from ``cache_dir`` when computed before).
 
     Embeds with ``LoadedRun.features`` (the space the loss compared) and writes nothing into the run folder.
@@ -139,17 +151,22 @@ def run_geometry(run_dir: str | Path, split: str = "train", group: str = "", cac
     return geo
 
 
-def pair_by_seed(baseline: Sequence[RunGeometry], other: Sequence[RunGeometry]) -> list[tuple[int, RunGeometry, RunGeometry]]:
+def pair_by_seed(
+    baseline: Sequence[RunGeometry], other: Sequence[RunGeometry]
+) -> list[tuple[int, RunGeometry, RunGeometry]]:
     """``(seed, baseline run, other run)`` for every seed both groups have, by increasing seed.
 
     A seed present twice in one group is an error: which of the repeats to pair would be a guess.
     """
+
     def by_seed(runs: Sequence[RunGeometry]) -> dict[int, RunGeometry]:
         seen: dict[int, RunGeometry] = {}
         for r in runs:
             if r.seed in seen:
-                raise ValueError(f"seed {r.seed} appears twice in group '{r.group}' ({seen[r.seed].path}, {r.path}); "
-                                 "pass one run per seed")
+                raise ValueError(
+                    f"seed {r.seed} appears twice in group '{r.group}' ({seen[r.seed].path}, {r.path}); "
+                    "pass one run per seed"
+                )
             seen[r.seed] = r
         return seen
 
@@ -163,11 +180,16 @@ def sort_by_baseline(baseline: RunGeometry, other: RunGeometry) -> tuple[list[in
     The two runs must hold the same classes (same split); ties keep label order.
     """
     if baseline.classes != other.classes:
-        raise ValueError(f"'{baseline.path}' and '{other.path}' hold different classes "
-                         f"({len(baseline.classes)} vs {len(other.classes)}); compare runs embedded on the same split")
+        raise ValueError(
+            f"'{baseline.path}' and '{other.path}' hold different classes "
+            f"({len(baseline.classes)} vs {len(other.classes)}); compare runs embedded on the same split"
+        )
     order = sorted(range(len(baseline.classes)), key=lambda i: (baseline.divergences[i], baseline.classes[i]))
-    return ([baseline.classes[i] for i in order], [baseline.divergences[i] for i in order],
-            [other.divergences[i] for i in order])
+    return (
+        [baseline.classes[i] for i in order],
+        [baseline.divergences[i] for i in order],
+        [other.divergences[i] for i in order],
+    )
 
 
 def fig4a_curves(baseline: Sequence[RunGeometry], other: Sequence[RunGeometry]) -> dict[str, Any]:
@@ -250,9 +272,14 @@ def geometry_summary(groups: dict[str, list[RunGeometry]], baseline: str) -> dic
     summary: dict[str, Any] = {"baseline": baseline, "r_w_energy": R_W_ENERGY, "groups": {}}
     for name, runs in groups.items():
         runs = sorted(runs, key=lambda r: r.seed)
-        entry: dict[str, Any] = {"seeds": [r.seed for r in runs], "split": sorted({r.split for r in runs}),
-                                 "runs": [r.path for r in runs], "classes": len(runs[0].classes),
-                                 "r_w_dims": [r.r_w_dims for r in runs], "dim": runs[0].dim}
+        entry: dict[str, Any] = {
+            "seeds": [r.seed for r in runs],
+            "split": sorted({r.split for r in runs}),
+            "runs": [r.path for r in runs],
+            "classes": len(runs[0].classes),
+            "r_w_dims": [r.r_w_dims for r in runs],
+            "dim": runs[0].dim,
+        }
         for stat in _STATS:
             values = [getattr(r, stat) for r in runs]
             m, s = _mean_std(values)
@@ -271,20 +298,28 @@ def geometry_markdown(summary: dict[str, Any]) -> str:
     """The summary as two markdown tables (per group; paired against the baseline)."""
     groups = summary["groups"]
     split = ", ".join(sorted({s for g in groups.values() for s in g["split"]}))
-    lines = [f"Split: {split}; r_w at energy {summary['r_w_energy']}; divergence = trace(S_w,k) (Eq. 11), "
-             "mean / std / CV over the classes; mean ± sample std over seeds. "
-             "k / d: eigenvectors of S_c in U (range over seeds) / embedding size; isotropic deviations give r_w = k / d.", "",
-             "| run | n | r_w | k / d | divergence mean | divergence std | divergence CV |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Split: {split}; r_w at energy {summary['r_w_energy']}; divergence = trace(S_w,k) (Eq. 11), "
+        "mean / std / CV over the classes; mean ± sample std over seeds. "
+        "k / d: eigenvectors of S_c in U (range over seeds) / embedding size; isotropic deviations give r_w = k / d.",
+        "",
+        "| run | n | r_w | k / d | divergence mean | divergence std | divergence CV |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, g in groups.items():
         cells = [f"{g[s]['mean']:.4f} ± {g[s]['std']:.4f}" for s in _STATS]
         k = sorted(set(g["r_w_dims"]))
         cells.insert(1, f"{'-'.join(str(v) for v in sorted({k[0], k[-1]}))} / {g['dim']}")
         lines.append(f"| {name} | {len(g['seeds'])} | " + " | ".join(cells) + " |")
-    lines += ["", f"Paired against `{summary['baseline']}` on the same seed: mean ± std of (run - baseline), "
-              "(seeds where run > baseline / seeds paired); Fig. 4a shares: classes below the baseline's mean "
-              "whose divergence rose / above it that fell, run (control: another baseline seed).", "",
-              "| run | n | Δ r_w | Δ divergence mean | Δ divergence std | Δ divergence CV | below ↑ | above ↓ |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Paired against `{summary['baseline']}` on the same seed: mean ± std of (run - baseline), "
+        "(seeds where run > baseline / seeds paired); Fig. 4a shares: classes below the baseline's mean "
+        "whose divergence rose / above it that fell, run (control: another baseline seed).",
+        "",
+        "| run | n | Δ r_w | Δ divergence mean | Δ divergence std | Δ divergence CV | below ↑ | above ↓ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, g in groups.items():
         if "paired" not in g:
             continue
@@ -311,7 +346,11 @@ def _group_names(run_dirs: Sequence[str | Path]) -> list[tuple[str, list[Path]]]
 
 
 def compare_geometry(
-    run_dirs: Sequence[str | Path], out: str | Path, baseline: str | None = None, split: str = "train", plots: bool = True
+    run_dirs: Sequence[str | Path],
+    out: str | Path,
+    baseline: str | None = None,
+    split: str = "train",
+    plots: bool = True,
 ) -> dict[str, Any]:
     """Compute (or read from ``out/cache``) every run's geometry, write the tables and figures to ``out``."""
     grouped = _group_names(run_dirs)

@@ -55,8 +55,15 @@ from dmlkit.pooling.gsp_diagnostics import weight_entropy
 from dmlkit_lab.studies.paired_runs import paired_differences
 
 __all__ = [
-    "BACKBONES", "DEFAULT_VARIANTS", "foreground_share", "main", "pooling_entropy", "pooling_weights",
-    "pretrained_overrides", "run_study", "variant_overrides",
+    "BACKBONES",
+    "DEFAULT_VARIANTS",
+    "foreground_share",
+    "main",
+    "pooling_entropy",
+    "pooling_weights",
+    "pretrained_overrides",
+    "run_study",
+    "variant_overrides",
 ]
 
 DEFAULT_VARIANTS = ("gap", "gsp", "gsp+zs")
@@ -84,8 +91,15 @@ def pretrained_overrides(pooling: str) -> list[str]:
     return out
 
 
-def variant_overrides(variant: str, max_steps: int, val_every: int, seed: int, per_class: int = 40,
-                      backbone: str = "scratch", class_pool: str = "glyphs") -> list[str]:
+def variant_overrides(
+    variant: str,
+    max_steps: int,
+    val_every: int,
+    seed: int,
+    per_class: int = 40,
+    backbone: str = "scratch",
+    class_pool: str = "glyphs",
+) -> list[str]:
     """Config overrides (``key.path=value``) of one variant of the study (Sec. 5.3.2; ``backbone`` and
     ``class_pool`` as in the module docstring)."""
     pooling, _, extra = variant.partition("+")
@@ -185,13 +199,23 @@ def _heatmaps(images: torch.Tensor, maps: dict[str, torch.Tensor], hw: tuple[int
     plt.close(fig)
 
 
-def _study_runs(out: Path, variants: Sequence[str], seeds: Sequence[int], max_steps: int, val_every: int,
-                per_class: int, backbone: str = "scratch", class_pool: str = "glyphs") -> list[tuple[str, int, Any, Path]]:
+def _study_runs(
+    out: Path,
+    variants: Sequence[str],
+    seeds: Sequence[int],
+    max_steps: int,
+    val_every: int,
+    per_class: int,
+    backbone: str = "scratch",
+    class_pool: str = "glyphs",
+) -> list[tuple[str, int, Any, Path]]:
     """``(variant, seed, config, run folder)`` of every run of the study."""
     runs = []
     for variant in variants:
         for seed in seeds:
-            cfg = load_config(None, variant_overrides(variant, max_steps, val_every, seed, per_class, backbone, class_pool))
+            cfg = load_config(
+                None, variant_overrides(variant, max_steps, val_every, seed, per_class, backbone, class_pool)
+            )
             runs.append((variant, seed, cfg, out / "runs" / f"{variant.replace('+', '_')}-seed{seed}"))
     return runs
 
@@ -211,7 +235,9 @@ def _train_missing(runs: Sequence[tuple[str, int, Any, Path]], jobs: int, quiet:
             train_or_reuse(cfg, run_dir, quiet=quiet)
 
 
-def _measure_run(variant: str, seed: int, run_dir: Path, test: Any, samples: int) -> tuple[dict[str, Any], torch.Tensor, tuple[int, int]]:
+def _measure_run(
+    variant: str, seed: int, run_dir: Path, test: Any, samples: int
+) -> tuple[dict[str, Any], torch.Tensor, tuple[int, int]]:
     """A finished run's test metrics and foreground weight share (best checkpoint), and its sample heat-maps."""
     from dmlkit.assemble import load_finished_run
 
@@ -236,13 +262,20 @@ def _measure_run(variant: str, seed: int, run_dir: Path, test: Any, samples: int
     return result, weights[picks], hw
 
 
-_TABLE_COLUMNS = [("test_map_at_r", 100.0, 2), ("test_precision_at_1", 100.0, 2), ("best_val", 100.0, 2), ("steps", 1.0, 0),
-                  ("best_step", 1.0, 0), ("foreground_weight_share", 1.0, 3), ("weight_entropy", 1.0, 3),
-                  ("train_seconds", 1.0, 0)]
+_TABLE_COLUMNS = [
+    ("test_map_at_r", 100.0, 2),
+    ("test_precision_at_1", 100.0, 2),
+    ("best_val", 100.0, 2),
+    ("steps", 1.0, 0),
+    ("best_step", 1.0, 0),
+    ("foreground_weight_share", 1.0, 3),
+    ("weight_entropy", 1.0, 3),
+    ("train_seconds", 1.0, 0),
+]
 _SETTING = {
     "scratch": "ResNet-20 from scratch, linear head after the pooling, random GSP prototypes",
     "pretrained": f"pretrained ResNet-20 ({PRETRAINED_BACKBONE}, frozen BatchNorm, backbone lr 1e-4, new layers 1e-3) "
-                  "-> 1x1 conv to 128-d -> pooling -> l2, no head; GSP prototypes k-centres of 1,024 GAP-pooled vectors",
+    "-> 1x1 conv to 128-d -> pooling -> l2, no head; GSP prototypes k-centres of 1,024 GAP-pooled vectors",
 }
 
 
@@ -257,54 +290,112 @@ def _paired_table(results: Sequence[dict[str, Any]], variants: Sequence[str]) ->
             continue
         per_seed = ", ".join(f"{d['seed']}: {100 * d['test_map_at_r']:+.2f}" for d in mine)
         ahead = sum(d["test_map_at_r"] > 0 for d in mine)
-        rows.append([variant, per_seed, format_mean_std(mean_std([d["test_map_at_r"] for d in mine]), 100.0, 2, signed=True),
-                     format_mean_std(mean_std([d["test_precision_at_1"] for d in mine]), 100.0, 2, signed=True), f"{ahead}/{len(mine)}"])
+        rows.append(
+            [
+                variant,
+                per_seed,
+                format_mean_std(mean_std([d["test_map_at_r"] for d in mine]), 100.0, 2, signed=True),
+                format_mean_std(mean_std([d["test_precision_at_1"] for d in mine]), 100.0, 2, signed=True),
+                f"{ahead}/{len(mine)}",
+            ]
+        )
     if not rows:
         return []
-    return ["", "Paired by seed against GAP (points):", "",
-            markdown_grid(["variant", "MAP@R diff per seed", "MAP@R diff", "P@1 diff", "seeds ahead"], rows, align="llrrr")]
+    return [
+        "",
+        "Paired by seed against GAP (points):",
+        "",
+        markdown_grid(["variant", "MAP@R diff per seed", "MAP@R diff", "P@1 diff", "seeds ahead"], rows, align="llrrr"),
+    ]
 
 
 def _per_run_table(results: Sequence[dict[str, Any]]) -> list[str]:
     from dmlkit.protocols.table import markdown_grid
 
-    rows = [[r["variant"], str(r["seed"]), f"{100 * r['test_map_at_r']:.2f}", f"{100 * r['test_precision_at_1']:.2f}",
-             str(r["steps"]), str(r["best_step"]), f"{r['foreground_weight_share']:.3f}", f"{r['weight_entropy']:.3f}"]
-            for r in results]
-    return ["", "Per run:", "", markdown_grid(["variant", "seed", "test MAP@R", "test P@1", "steps", "best step",
-                                               "fg weight share", "entropy"], rows, align="lrrrrrrr")]
+    rows = [
+        [
+            r["variant"],
+            str(r["seed"]),
+            f"{100 * r['test_map_at_r']:.2f}",
+            f"{100 * r['test_precision_at_1']:.2f}",
+            str(r["steps"]),
+            str(r["best_step"]),
+            f"{r['foreground_weight_share']:.3f}",
+            f"{r['weight_entropy']:.3f}",
+        ]
+        for r in results
+    ]
+    return [
+        "",
+        "Per run:",
+        "",
+        markdown_grid(
+            ["variant", "seed", "test MAP@R", "test P@1", "steps", "best step", "fg weight share", "entropy"],
+            rows,
+            align="lrrrrrrr",
+        ),
+    ]
 
 
-def _table(results: Sequence[dict[str, Any]], variants: Sequence[str], seeds: Sequence[int], max_steps: int,
-           backbone: str = "scratch", class_pool: str = "glyphs") -> str:
+def _table(
+    results: Sequence[dict[str, Any]],
+    variants: Sequence[str],
+    seeds: Sequence[int],
+    max_steps: int,
+    backbone: str = "scratch",
+    class_pool: str = "glyphs",
+) -> str:
     from dmlkit.protocols.table import format_mean_std, markdown_grid, mean_std
 
     rows = []
     for variant in variants:
         runs = [r for r in results if r["variant"] == variant]
-        cells = [format_mean_std(mean_std([r[key] for r in runs]), scale, digits) for key, scale, digits in _TABLE_COLUMNS]
+        cells = [
+            format_mean_std(mean_std([r[key] for r in runs]), scale, digits) for key, scale, digits in _TABLE_COLUMNS
+        ]
         rows.append([variant, str(len(runs)), *cells])
-    headers = ["variant", "n", "test MAP@R", "test P@1", "best val MAP@R", "steps", "best step", "fg weight share",
-               "entropy", "train s"]
-    return "\n".join([
-        "# Collage study (thesis Sec. 5.3.2) on glyph_collage",
-        "",
-        f"{_SETTING[backbone]}; collage classes from the {class_pool!r} pool; <= {max_steps} steps, seeds "
-        f"{', '.join(map(str, seeds))} (mean ± sample std); fg weight share = mean pooling weight on the foreground "
-        "quarter (GAP: 0.25); entropy = mean entropy of the pooling weights over the 64 locations (GAP: log 64 = 4.159; "
-        "a hard selection of mu = 0.2: log 12.8 = 2.549). Thesis (Fig. 5.5; Sec. 6.2: +17 MAP@R points "
-        "for GSP over GAP on Cifar collages, L_ZS adding to it).",
-        "",
-        markdown_grid(headers, rows, align="lrrrrrrrrr"),
-        *_paired_table(results, variants),
-        *_per_run_table(results),
-    ])
+    headers = [
+        "variant",
+        "n",
+        "test MAP@R",
+        "test P@1",
+        "best val MAP@R",
+        "steps",
+        "best step",
+        "fg weight share",
+        "entropy",
+        "train s",
+    ]
+    return "\n".join(
+        [
+            "# Collage study (thesis Sec. 5.3.2) on glyph_collage",
+            "",
+            f"{_SETTING[backbone]}; collage classes from the {class_pool!r} pool; <= {max_steps} steps, seeds "
+            f"{', '.join(map(str, seeds))} (mean ± sample std); fg weight share = mean pooling weight on the foreground "
+            "quarter (GAP: 0.25); entropy = mean entropy of the pooling weights over the 64 locations (GAP: log 64 = 4.159; "
+            "a hard selection of mu = 0.2: log 12.8 = 2.549). Thesis (Fig. 5.5; Sec. 6.2: +17 MAP@R points "
+            "for GSP over GAP on Cifar collages, L_ZS adding to it).",
+            "",
+            markdown_grid(headers, rows, align="lrrrrrrrrr"),
+            *_paired_table(results, variants),
+            *_per_run_table(results),
+        ]
+    )
 
 
 def run_study(
-    out_dir: str | Path, variants: Sequence[str] = DEFAULT_VARIANTS, max_steps: int = 400, val_every: int = 50,
-    seed: int = 0, quiet: bool = True, samples: int = 8, per_class: int = 40, seeds: Sequence[int] | None = None,
-    jobs: int = 1, backbone: str = "scratch", class_pool: str = "glyphs",
+    out_dir: str | Path,
+    variants: Sequence[str] = DEFAULT_VARIANTS,
+    max_steps: int = 400,
+    val_every: int = 50,
+    seed: int = 0,
+    quiet: bool = True,
+    samples: int = 8,
+    per_class: int = 40,
+    seeds: Sequence[int] | None = None,
+    jobs: int = 1,
+    backbone: str = "scratch",
+    class_pool: str = "glyphs",
 ) -> list[dict[str, Any]]:
     """Train each variant and seed into ``out_dir/runs/<variant>-seed<s>`` (finished runs are reused);
     write ``table.md`` (mean ± std over seeds, paired differences against ``gap``, per run), ``results.json``
@@ -319,7 +410,9 @@ def run_study(
     runs = _study_runs(out, variants, seeds, max_steps, val_every, per_class, backbone, class_pool)
     _train_missing(runs, jobs, quiet)
     cfg = runs[0][2]
-    test = create_dataset("glyph_collage", "test", root=cfg.data.root, image_size=cfg.data.image_size, **cfg.data.params)
+    test = create_dataset(
+        "glyph_collage", "test", root=cfg.data.root, image_size=cfg.data.image_size, **cfg.data.params
+    )
     images = test.images[torch.linspace(0, len(test) - 1, samples).long()].float().div(255.0).unsqueeze(1)
     results, maps, hw = [], {}, None
     for variant, run_seed, run_cfg, run_dir in runs:
@@ -343,13 +436,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds (default: 0); the table is mean ± std")
     parser.add_argument("--jobs", type=int, default=1, help="train the missing runs in this many processes")
     parser.add_argument("--per-class", type=int, default=40, help="collages per foreground class")
-    parser.add_argument("--backbone", choices=BACKBONES, default="scratch",
-                        help="scratch: ResNet-20 from scratch + linear head; pretrained: glyphs-resnet20 + 1x1 conv, no head")
-    parser.add_argument("--class-pool", choices=CLASS_POOLS, default="glyphs",
-                        help="characters of the collages: glyphs (train from the pretraining half) or testbed (DML side only)")
+    parser.add_argument(
+        "--backbone",
+        choices=BACKBONES,
+        default="scratch",
+        help="scratch: ResNet-20 from scratch + linear head; pretrained: glyphs-resnet20 + 1x1 conv, no head",
+    )
+    parser.add_argument(
+        "--class-pool",
+        choices=CLASS_POOLS,
+        default="glyphs",
+        help="characters of the collages: glyphs (train from the pretraining half) or testbed (DML side only)",
+    )
     args = parser.parse_args(argv)
-    run_study(args.out, args.variants, args.max_steps, args.val_every, per_class=args.per_class, seeds=args.seeds,
-              jobs=args.jobs, backbone=args.backbone, class_pool=args.class_pool)
+    run_study(
+        args.out,
+        args.variants,
+        args.max_steps,
+        args.val_every,
+        per_class=args.per_class,
+        seeds=args.seeds,
+        jobs=args.jobs,
+        backbone=args.backbone,
+        class_pool=args.class_pool,
+    )
     print((Path(args.out) / "table.md").read_text())
     return 0
 

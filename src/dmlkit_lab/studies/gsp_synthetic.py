@@ -94,8 +94,9 @@ def _eval_set(spec: TokenSpec, per_class: int, generator: torch.Generator) -> tu
     return ids, labels
 
 
-def _training_bags(spec: TokenSpec, per_class: int,
-                   generator: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _training_bags(
+    spec: TokenSpec, per_class: int, generator: torch.Generator
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Endless training batches ``(token ids, labels)``: ``per_class`` fresh bags of every class per batch."""
     labels = balanced_labels(spec.num_classes, per_class)
     while True:
@@ -147,8 +148,13 @@ def train_variant(variant: str, cfg: SyntheticStudyConfig) -> dict[str, Any]:
     model = TokenBagModel(spec, cfg, "gap" if variant == "gap" else "gsp", make_generator(seed, _INIT))
     metric_loss = create_loss(cfg.loss, **cfg.loss_params, distance=LpDistance(normalize_embeddings=False))
     lam = cfg.zero_shot_weight if variant == "gsp+zs" else 0.0
-    zs = None if lam <= 0 else ZeroShotPredictionLoss(spec.num_classes, cfg.num_prototypes, mu=cfg.mu,
-                                                      generator=make_generator(seed, _ZS_INIT))
+    zs = (
+        None
+        if lam <= 0
+        else ZeroShotPredictionLoss(
+            spec.num_classes, cfg.num_prototypes, mu=cfg.mu, generator=make_generator(seed, _ZS_INIT)
+        )
+    )
     params = list(model.parameters()) + (list(zs.parameters()) if zs is not None else [])
     optimizer = study_adam(params, cfg.lr)
     val_ids, val_labels = _eval_set(spec, cfg.eval_per_class, make_generator(seed, _VAL))
@@ -171,16 +177,24 @@ def train_variant(variant: str, cfg: SyntheticStudyConfig) -> dict[str, Any]:
     best, history, step, started = _BestEpoch(cfg.patience), [], 0, time.perf_counter()
     model.train()
     for epoch in range(cfg.max_epochs):
-        step = train_steps(step_loss, islice(batches, cfg.steps_per_epoch), optimizer, after_step=model.clamp_,
-                           first_step=step, name=variant).next_step
+        step = train_steps(
+            step_loss,
+            islice(batches, cfg.steps_per_epoch),
+            optimizer,
+            after_step=model.clamp_,
+            first_step=step,
+            name=variant,
+        ).next_step
         history.append(_map_at_r(model, val_ids, val_labels))
         if model.pool is not None and model.pools_with_gap:
             continue  # still GAP: neither a candidate nor counted by the patience
         if best.stop_after(epoch, history[-1], model):
             break
     if best.state is None:
-        raise RuntimeError(f"{variant}: the GAP warm-up ({cfg.warmup_steps} steps + the memory) outlasted "
-                           f"max_epochs={cfg.max_epochs}; raise max_epochs or lower warmup_steps")
+        raise RuntimeError(
+            f"{variant}: the GAP warm-up ({cfg.warmup_steps} steps + the memory) outlasted "
+            f"max_epochs={cfg.max_epochs}; raise max_epochs or lower warmup_steps"
+        )
     model.load_state_dict(best.state)
     test_emb = _embed(model, test_ids)
     test = retrieval_metrics(test_emb, test_labels, ks=(1,))
@@ -203,8 +217,12 @@ def train_variant(variant: str, cfg: SyntheticStudyConfig) -> dict[str, Any]:
     }
 
 
-def run_study(cfg: SyntheticStudyConfig, out_dir: str | Path, variants: Sequence[str] = VARIANTS,
-              seeds: Sequence[int] | None = None) -> list[dict[str, Any]]:
+def run_study(
+    cfg: SyntheticStudyConfig,
+    out_dir: str | Path,
+    variants: Sequence[str] = VARIANTS,
+    seeds: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:
     """Train every variant on every seed (default ``[cfg.seed]``; Sec. 5.3.1), write ``table.md`` (mean ± std,
     paired differences against GAP, per run), ``results.json`` and ``embedding_space.png`` (first seed)."""
     seeds = [cfg.seed] if seeds is None else list(seeds)

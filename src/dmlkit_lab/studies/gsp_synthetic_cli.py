@@ -38,24 +38,44 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--neg-margin", type=float, default=0.2, help="contrastive loss negative margin")
     out.add_argument("--zero-shot-weight", type=float, default=d.zero_shot_weight)
     out.add_argument("--variants", nargs="+", default=list(gsp_synthetic.VARIANTS), choices=gsp_synthetic.VARIANTS)
-    out.add_argument("--prototype-init", choices=PROTOTYPE_INITS, default=d.prototype_init,
-                     help="kcenter: GAP warm-up, then greedy k-centres of GAP-pooled vectors (author's code); random")
-    out.add_argument("--warmup-steps", type=int, default=d.warmup_steps,
-                     help="GAP steps before the k-centre memory starts filling")
+    out.add_argument(
+        "--prototype-init",
+        choices=PROTOTYPE_INITS,
+        default=d.prototype_init,
+        help="kcenter: GAP warm-up, then greedy k-centres of GAP-pooled vectors (author's code); random",
+    )
+    out.add_argument(
+        "--warmup-steps", type=int, default=d.warmup_steps, help="GAP steps before the k-centre memory starts filling"
+    )
     out.add_argument("--memory-size", type=int, default=d.memory_size)
-    out.add_argument("--normalization", choices=COST_NORMALIZATIONS, default=d.normalization,
-                     help="GSP costs and memory rows: unit_ball (thesis, u / max(1, ||u||)) or l2 (author's code)")
+    out.add_argument(
+        "--normalization",
+        choices=COST_NORMALIZATIONS,
+        default=d.normalization,
+        help="GSP costs and memory rows: unit_ball (thesis, u / max(1, ||u||)) or l2 (author's code)",
+    )
     return out
 
 
 def config_from_args(args: argparse.Namespace) -> SyntheticStudyConfig:
     """The config of the parsed arguments; its ``seed`` is the first of ``--seeds``."""
     return SyntheticStudyConfig(
-        seed=args.seeds[0], max_epochs=args.max_epochs, steps_per_epoch=args.steps_per_epoch, patience=args.patience,
-        lr=args.lr, eps=args.eps, mu=args.mu, num_prototypes=args.num_prototypes, iters=args.iters,
-        token_dim=args.token_dim, loss_params={"pos_margin": 0.0, "neg_margin": args.neg_margin},
-        zero_shot_weight=args.zero_shot_weight, prototype_init=args.prototype_init, warmup_steps=args.warmup_steps,
-        memory_size=args.memory_size, normalization=args.normalization,
+        seed=args.seeds[0],
+        max_epochs=args.max_epochs,
+        steps_per_epoch=args.steps_per_epoch,
+        patience=args.patience,
+        lr=args.lr,
+        eps=args.eps,
+        mu=args.mu,
+        num_prototypes=args.num_prototypes,
+        iters=args.iters,
+        token_dim=args.token_dim,
+        loss_params={"pos_margin": 0.0, "neg_margin": args.neg_margin},
+        zero_shot_weight=args.zero_shot_weight,
+        prototype_init=args.prototype_init,
+        warmup_steps=args.warmup_steps,
+        memory_size=args.memory_size,
+        normalization=args.normalization,
     )
 
 

@@ -44,8 +44,15 @@ class SyntheticStudyConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("token_dim", "samples_per_class", "steps_per_epoch", "max_epochs", "patience", "eval_per_class",
-                     "memory_size"):
+        for name in (
+            "token_dim",
+            "samples_per_class",
+            "steps_per_epoch",
+            "max_epochs",
+            "patience",
+            "eval_per_class",
+            "memory_size",
+        ):
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -35,8 +35,17 @@ class TokenBagModel(nn.Module):
         protos = (torch.rand(cfg.num_prototypes, cfg.token_dim, generator=generator) * 2 - 1) * r
         self.pool: GSP | None = None
         if pooling == "gsp":
-            self.pool = GSP(cfg.token_dim, cfg.num_prototypes, cfg.mu, cfg.eps, cfg.iters, init=cfg.prototype_init,
-                            memory_size=cfg.memory_size, warmup_steps=cfg.warmup_steps, normalization=cfg.normalization)
+            self.pool = GSP(
+                cfg.token_dim,
+                cfg.num_prototypes,
+                cfg.mu,
+                cfg.eps,
+                cfg.iters,
+                init=cfg.prototype_init,
+                memory_size=cfg.memory_size,
+                warmup_steps=cfg.warmup_steps,
+                normalization=cfg.normalization,
+            )
             with torch.no_grad():
                 self.pool.prototypes.copy_(protos)  # the random start: uniform in the tokens' box
 

@@ -44,7 +44,9 @@ def plot_embedding_space(results: list[dict[str, Any]], spec: TokenSpec, path: s
         bg = tokens[spec.num_classes * k :]
         ax.scatter(bg[:, 0], bg[:, 1], marker="s", s=40, color="black", label="background tokens")
         if protos is not None:
-            ax.scatter(protos[:, 0], protos[:, 1], marker="*", s=60, color="grey", edgecolor="black", label="prototypes")
+            ax.scatter(
+                protos[:, 0], protos[:, 1], marker="*", s=60, color="grey", edgecolor="black", label="prototypes"
+            )
         ax.set_title(f"{r['variant']}: test MAP@R {100 * r['test_map_at_r']:.1f}")
         ax.legend(loc="lower right", fontsize=7)
         ax.set_aspect("equal", adjustable="datalim")

@@ -28,11 +28,15 @@ __all__ = ["attributes_and_embeddings", "main", "run_study"]
 
 
 @torch.no_grad()
-def attributes_and_embeddings(model: nn.Module, dataset: Any, batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def attributes_and_embeddings(
+    model: nn.Module, dataset: Any, batch_size: int = 256
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(z (N, m), embeddings (N, d), labels (N,))`` of ``dataset`` under a GSP ``model`` in eval mode."""
     pooling = getattr(model, "pooling", None)
     if not hasattr(pooling, "forward_with_plan") or not hasattr(pooling, "mu"):
-        raise ValueError(f"the zero-shot evaluation needs a GSP model (model.pooling: gsp or gsp_gmp), got {type(pooling).__name__}")
+        raise ValueError(
+            f"the zero-shot evaluation needs a GSP model (model.pooling: gsp or gsp_gmp), got {type(pooling).__name__}"
+        )
     model.eval()
     zs, embs, labels = [], [], []
     for start in range(0, len(dataset), batch_size):
@@ -45,7 +49,11 @@ def attributes_and_embeddings(model: nn.Module, dataset: Any, batch_size: int = 
 
 
 def run_study(
-    out_dir: str | Path, runs: Sequence[str], repeats: int = 1000, classes_per_repeat: int | None = 10, seed: int = 0,
+    out_dir: str | Path,
+    runs: Sequence[str],
+    repeats: int = 1000,
+    classes_per_repeat: int | None = 10,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Evaluate each run; write ``table.md`` and ``results.json`` into ``out_dir``; return the rows."""
     from dmlkit.assemble import load_finished_run
@@ -56,22 +64,37 @@ def run_study(
     for run in runs:
         loaded = load_finished_run(run)
         if getattr(loaded.model.pooling, "pools_with_gap", False):
-            raise ValueError(f"run '{run}' ended before its k-centre start (its GSP layer still pools with GAP): nothing to evaluate")
+            raise ValueError(
+                f"run '{run}' ended before its k-centre start (its GSP layer still pools with GAP): nothing to evaluate"
+            )
         z, emb, labels = attributes_and_embeddings(loaded.model, loaded.split(loaded.cfg.eval.split))
-        result = zero_shot_attribute_eval(z, emb, labels, repeats, classes_per_repeat, generator=torch.Generator().manual_seed(seed))
+        result = zero_shot_attribute_eval(
+            z, emb, labels, repeats, classes_per_repeat, generator=torch.Generator().manual_seed(seed)
+        )
         rows.append({"run": str(run), "zero_shot_weight": loaded.cfg.methods.zero_shot.weight, **result})
     table = markdown_grid(
         ["run", "lam (L_ZS)", "l2 NN accuracy", "cosine NN accuracy", "chance"],
-        [[Path(r["run"]).name, f"{r['zero_shot_weight']:g}", f"{100 * r['l2']:.1f} ± {100 * r['l2_std']:.1f}",
-          f"{100 * r['cosine']:.1f} ± {100 * r['cosine_std']:.1f}", f"{100 * r['chance']:.1f}"] for r in rows],
+        [
+            [
+                Path(r["run"]).name,
+                f"{r['zero_shot_weight']:g}",
+                f"{100 * r['l2']:.1f} ± {100 * r['l2_std']:.1f}",
+                f"{100 * r['cosine']:.1f} ± {100 * r['cosine_std']:.1f}",
+                f"{100 * r['chance']:.1f}",
+            ]
+            for r in rows
+        ],
         align="lrrrr",
     )
     per = rows[0]["classes_per_repeat"] if rows else 0
     lines = [
-        "# Zero-shot prediction from GSP pseudo-attributes (thesis Sec. 5.3.3)", "",
+        "# Zero-shot prediction from GSP pseudo-attributes (thesis Sec. 5.3.3)",
+        "",
         f"{int(rows[0]['repeats']) if rows else 0} repeats; each draws {int(per)} test classes, fits the ridge predictor "
         "(P3) from class attribute histograms to class mean embeddings on half of them and classifies the other half's "
-        "predicted means by the nearest true mean (percent, mean ± std over repeats).", "", table,
+        "predicted means by the nearest true mean (percent, mean ± std over repeats).",
+        "",
+        table,
     ]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(json.dumps({"rows": rows}, indent=1))

@@ -11,10 +11,16 @@ from typing import Any, Sequence
 __all__ = ["paired_differences"]
 
 
-def paired_differences(results: Sequence[dict[str, Any]], baseline: str = "gap",
-                       keys: Sequence[str] = ("test_map_at_r", "test_precision_at_1")) -> list[dict[str, Any]]:
+def paired_differences(
+    results: Sequence[dict[str, Any]],
+    baseline: str = "gap",
+    keys: Sequence[str] = ("test_map_at_r", "test_precision_at_1"),
+) -> list[dict[str, Any]]:
     """Per variant and seed, ``variant - baseline`` of ``keys`` on the same seed (runs without a baseline run of their
     seed are left out)."""
     base = {r["seed"]: r for r in results if r["variant"] == baseline}
-    return [{"variant": r["variant"], "seed": r["seed"], **{k: r[k] - base[r["seed"]][k] for k in keys}}
-            for r in results if r["variant"] != baseline and r["seed"] in base]
+    return [
+        {"variant": r["variant"], "seed": r["seed"], **{k: r[k] - base[r["seed"]][k] for k in keys}}
+        for r in results
+        if r["variant"] != baseline and r["seed"] in base
+    ]

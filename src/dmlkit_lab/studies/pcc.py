@@ -78,14 +78,20 @@ def _model_and_images(run: str | None, classes: int, per_class: int, seed: int) 
             model = build_embedder(cfg.model, in_channels=1)
         dataset, source = create_dataset("glyphs", "test"), f"untrained {cfg.model.backbone} (seed {seed})"
     labels = dataset.labels
-    picks = torch.cat([torch.nonzero(labels == c).flatten()[:per_class] for c in range(min(classes, dataset.num_classes))])
+    picks = torch.cat(
+        [torch.nonzero(labels == c).flatten()[:per_class] for c in range(min(classes, dataset.num_classes))]
+    )
     images, _ = dataset.get_batch(picks)
     return model, images, source
 
 
 def run_study(
-    out_dir: str | Path, run: str | None = None, ks: Sequence[int] = (8, 16, 32, 48, 64, 128),
-    classes: int = 10, per_class: int = 16, seed: int = 0,
+    out_dir: str | Path,
+    run: str | None = None,
+    ks: Sequence[int] = (8, 16, 32, 48, 64, 128),
+    classes: int = 10,
+    per_class: int = 16,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Write ``table.md``, ``results.json`` and ``pcc_error.png`` into ``out_dir``; return the rows."""
     out = Path(out_dir)
@@ -103,8 +109,17 @@ def run_study(
         "",
         markdown_grid(
             ["k", "covering radius delta", "mean ‖PCC−GAP‖", "max ‖PCC−GAP‖", "max / delta", "max ‖PCC−GAP‖² ≤ delta"],
-            [[str(r["k"]), f"{r['delta']:.4f}", f"{r['mean_error']:.4f}", f"{r['max_error']:.4f}",
-              f"{r['max_error_over_delta']:.3f}", "yes" if r["bound_holds"] else "NO"] for r in rows],
+            [
+                [
+                    str(r["k"]),
+                    f"{r['delta']:.4f}",
+                    f"{r['mean_error']:.4f}",
+                    f"{r['max_error']:.4f}",
+                    f"{r['max_error_over_delta']:.3f}",
+                    "yes" if r["bound_holds"] else "NO",
+                ]
+                for r in rows
+            ],
             align="rrrrrc",
         ),
     ]
@@ -125,8 +140,12 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.scatter([i] * len(r["errors"]), r["errors"], s=6, alpha=0.4, color="tab:blue")
         ax.plot([i - 0.35, i + 0.35], [r["delta"]] * 2, color="tab:red", lw=2)
     ax.set_xticks(range(len(rows)), [str(r["k"]) for r in rows])
-    ax.set(xlabel="prototypes k (greedy k-centre)", ylabel="||PCC - GAP||", yscale="log",
-           title="per-image error (dots) vs covering radius (red)")
+    ax.set(
+        xlabel="prototypes k (greedy k-centre)",
+        ylabel="||PCC - GAP||",
+        yscale="log",
+        title="per-image error (dots) vs covering radius (red)",
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

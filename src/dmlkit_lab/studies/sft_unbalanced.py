@@ -109,8 +109,9 @@ def class_scores(classifier: nn.Module, embeddings: Tensor) -> Tensor:
     )
 
 
-def build_objective(method: str, classifier: nn.Module, split: UnbalancedSplit, cfg: UnbalancedStudyConfig,
-                    seed: int) -> nn.Module:
+def build_objective(
+    method: str, classifier: nn.Module, split: UnbalancedSplit, cfg: UnbalancedStudyConfig, seed: int
+) -> nn.Module:
     """The training loss of ``method``: the classifier loss, or it wrapped by Eq. 10 with the balanced / unbalanced scheme."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: choose from {METHODS}")
@@ -144,8 +145,9 @@ def _model_config(cfg: UnbalancedStudyConfig, in_channels: int) -> ModelConfig:
     return resolve_pretrained(dataclasses.replace(model_cfg, pretrained=cfg.pretrained), in_channels)
 
 
-def _initial_model(cfg: UnbalancedStudyConfig, seed: int, in_channels: int,
-                   num_classes: int) -> tuple[nn.Module, nn.Module]:
+def _initial_model(
+    cfg: UnbalancedStudyConfig, seed: int, in_channels: int, num_classes: int
+) -> tuple[nn.Module, nn.Module]:
     """The embedder and the classifier loss at the seed's initial weights, the same for every method of a seed.
 
     The layers draw their initial weights from the global generator, so they are built inside a fork of it,
@@ -179,8 +181,9 @@ def _accuracy(model: nn.Module, classifier: nn.Module, dataset: Any, split: Unba
     return {"head": float(correct[head].mean()), "tail": float(correct[~head].mean()), "all": float(correct.mean())}
 
 
-def train_method(method: str, cfg: UnbalancedStudyConfig, seed: int, train_ds: Any, test_ds: Any,
-                 split: UnbalancedSplit) -> dict[str, Any]:
+def train_method(
+    method: str, cfg: UnbalancedStudyConfig, seed: int, train_ds: Any, test_ds: Any, split: UnbalancedSplit
+) -> dict[str, Any]:
     """Train one method for ``cfg.steps`` steps (the studies' bare loop) and measure head / tail test accuracy."""
     started = time.perf_counter()
     model, classifier = _initial_model(cfg, seed, train_ds.in_channels, split.num_classes)
@@ -201,13 +204,24 @@ def train_method(method: str, cfg: UnbalancedStudyConfig, seed: int, train_ds: A
     batches = training_batches(split, cfg.sampling, cfg.batch_size, cfg.steps, seed)
     done = train_steps(step_loss, batches, optimizer, schedule=cosine_to_zero(optimizer, cfg.steps), name=method)
     acc = _accuracy(model, classifier, test_ds, split)
-    return {"method": method, "seed": seed, **acc, "generated_features": generated,
-            "final_loss": float(done.last_loss.detach()), "seconds": round(time.perf_counter() - started, 1)}
+    return {
+        "method": method,
+        "seed": seed,
+        **acc,
+        "generated_features": generated,
+        "final_loss": float(done.last_loss.detach()),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 # ------------------------------------------------------------------------------ study
-def run_study(cfg: UnbalancedStudyConfig, out_dir: str | Path, seeds: Sequence[int] = (0, 1, 2),
-              methods: Sequence[str] = METHODS, quiet: bool = False) -> list[dict[str, Any]]:
+def run_study(
+    cfg: UnbalancedStudyConfig,
+    out_dir: str | Path,
+    seeds: Sequence[int] = (0, 1, 2),
+    methods: Sequence[str] = METHODS,
+    quiet: bool = False,
+) -> list[dict[str, Any]]:
     """Train every method for every seed; write ``table.md`` and ``results.json`` into ``out_dir``."""
     if not seeds:
         raise ValueError("give at least one seed")
@@ -221,16 +235,20 @@ def run_study(cfg: UnbalancedStudyConfig, out_dir: str | Path, seeds: Sequence[i
     for seed in seeds:
         train_ds = create_dataset(cfg.dataset, cfg.split, image_size=cfg.image_size, augment=cfg.augment, seed=seed)
         test_ds = train_ds.with_augment(False)
-        split = make_unbalanced_split(train_ds.labels, cfg.num_head, cfg.num_tail, cfg.head_train, cfg.tail_train,
-                                      cfg.min_images, seed)
+        split = make_unbalanced_split(
+            train_ds.labels, cfg.num_head, cfg.num_tail, cfg.head_train, cfg.tail_train, cfg.min_images, seed
+        )
         first_split = first_split or split
         for m in methods:
             r = train_method(m, cfg, seed, train_ds, test_ds, split)
             results.append(r)
             if not quiet:
-                print(f"seed {seed} {m:10s} head {100 * r['head']:.2f} tail {100 * r['tail']:.2f} "
-                      f"({r['seconds']} s)", flush=True)
+                print(
+                    f"seed {seed} {m:10s} head {100 * r['head']:.2f} tail {100 * r['tail']:.2f} ({r['seconds']} s)",
+                    flush=True,
+                )
     (out / "table.md").write_text(sft_unbalanced_table(results, cfg, seeds, methods, first_split))  # type: ignore[arg-type]
-    (out / "results.json").write_text(json.dumps({"config": asdict(cfg), "seeds": list(seeds), "results": results},
-                                                 indent=2))
+    (out / "results.json").write_text(
+        json.dumps({"config": asdict(cfg), "seeds": list(seeds), "results": results}, indent=2)
+    )
     return results

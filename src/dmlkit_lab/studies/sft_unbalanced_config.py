@@ -61,17 +61,41 @@ class UnbalancedStudyConfig:
         of every tail class). Centres by Eq. 9 as written (step ``alpha`` = 1), as the testbed SFT configs.
         """
         preset: dict[str, Any] = dict(
-            dataset="glyphs_testbed", split="dml", min_images=12, num_head=208, num_tail=134, head_train=10,
-            tail_train=2, image_size=32, embedding_dim=128, steps=300, batch_size=60, lr=1e-3, backbone_lr=1e-4,
-            classifier_lr=1e-2, loss="normalized_softmax",
-            weight_decay=1e-4, pretrained="glyphs-resnet20", freeze_bn=True, alpha=1.0,
+            dataset="glyphs_testbed",
+            split="dml",
+            min_images=12,
+            num_head=208,
+            num_tail=134,
+            head_train=10,
+            tail_train=2,
+            image_size=32,
+            embedding_dim=128,
+            steps=300,
+            batch_size=60,
+            lr=1e-3,
+            backbone_lr=1e-4,
+            classifier_lr=1e-2,
+            loss="normalized_softmax",
+            weight_decay=1e-4,
+            pretrained="glyphs-resnet20",
+            freeze_bn=True,
+            alpha=1.0,
         )
         preset.update(changes)
         return cls(**preset)
 
     def __post_init__(self) -> None:
-        for name in ("min_images", "num_head", "num_tail", "head_train", "tail_train", "image_size",
-                     "embedding_dim", "steps", "batch_size"):
+        for name in (
+            "min_images",
+            "num_head",
+            "num_tail",
+            "head_train",
+            "tail_train",
+            "image_size",
+            "embedding_dim",
+            "steps",
+            "batch_size",
+        ):
             positive_int(name, getattr(self, name))
         for name in ("lr", "backbone_lr", "classifier_lr"):
             value = getattr(self, name)

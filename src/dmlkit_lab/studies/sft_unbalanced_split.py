@@ -17,7 +17,12 @@ from dmlkit.data.seeding import make_generator
 from dmlkit.validation import is_int
 
 __all__ = [
-    "AUGMENTER_TAG", "INIT_TAG", "SAMPLINGS", "UnbalancedSplit", "make_unbalanced_split", "positive_int",
+    "AUGMENTER_TAG",
+    "INIT_TAG",
+    "SAMPLINGS",
+    "UnbalancedSplit",
+    "make_unbalanced_split",
+    "positive_int",
     "training_batches",
 ]
 
@@ -84,13 +89,22 @@ def make_unbalanced_split(
     ``tail_train``; all other images of the chosen classes form the test set.
     Everything is drawn from ``make_generator(seed, 1)``.
     """
-    for name, value in (("num_head", num_head), ("num_tail", num_tail), ("head_train", head_train),
-                        ("tail_train", tail_train), ("min_images", min_images)):
+    for name, value in (
+        ("num_head", num_head),
+        ("num_tail", num_tail),
+        ("head_train", head_train),
+        ("tail_train", tail_train),
+        ("min_images", min_images),
+    ):
         positive_int(name, value)
     if tail_train >= head_train:
-        raise ValueError(f"tail_train ({tail_train}) must be smaller than head_train ({head_train}): tail classes are short of samples")
+        raise ValueError(
+            f"tail_train ({tail_train}) must be smaller than head_train ({head_train}): tail classes are short of samples"
+        )
     if min_images <= head_train:
-        raise ValueError(f"min_images ({min_images}) must exceed head_train ({head_train}) so every head class keeps a test image")
+        raise ValueError(
+            f"min_images ({min_images}) must exceed head_train ({head_train}) so every head class keeps a test image"
+        )
     labels = torch.as_tensor(labels).long().flatten()
     counts = torch.bincount(labels)
     eligible = torch.nonzero(counts >= min_images).flatten()
@@ -110,7 +124,9 @@ def make_unbalanced_split(
         test_idx.append(images[n:])
         train_lab.append(torch.full((n,), k, dtype=torch.long))
         test_lab.append(torch.full((images.numel() - n,), k, dtype=torch.long))
-    return UnbalancedSplit(classes, num_head, torch.cat(train_idx), torch.cat(train_lab), torch.cat(test_idx), torch.cat(test_lab))
+    return UnbalancedSplit(
+        classes, num_head, torch.cat(train_idx), torch.cat(train_lab), torch.cat(test_idx), torch.cat(test_lab)
+    )
 
 
 def _uniform_batches(n: int, batch_size: int, steps: int, seed: int) -> list[Tensor]:

@@ -52,10 +52,20 @@ def plot_r_w(summary: dict[str, Any], path: str | Path, title: str = "") -> None
     ax_bar.set(ylabel=f"r_w (Eq. 8, energy {summary['r_w_energy']})", title=f"r_w per run, points = seeds ({title})")
     for name, g in summary["groups"].items():
         energies = [float(k) for k in g["r_w_curve"]]
-        ax_curve.plot(energies, list(g["r_w_curve"].values()), marker="o", ms=3, label=name,
-                      lw=2 if name == summary["baseline"] else 1)
-    ax_curve.set(xlabel="energy of the class means kept", ylabel="r_w", ylim=(0, 1),
-                 title=f"r_w curve, mean over seeds (Fig. 6c; {title})")
+        ax_curve.plot(
+            energies,
+            list(g["r_w_curve"].values()),
+            marker="o",
+            ms=3,
+            label=name,
+            lw=2 if name == summary["baseline"] else 1,
+        )
+    ax_curve.set(
+        xlabel="energy of the class means kept",
+        ylabel="r_w",
+        ylim=(0, 1),
+        title=f"r_w curve, mean over seeds (Fig. 6c; {title})",
+    )
     ax_curve.legend(fontsize=7)
     _save(fig, path)
 
@@ -74,8 +84,10 @@ def plot_divergences(summary: dict[str, Any], path: str | Path, title: str = "")
             ax.plot(ranks, c["control"], ".", ms=2, color="tab:gray", alpha=0.6, label=f"{base}, next seed (control)")
         ax.plot(ranks, c["baseline"], color="tab:blue", lw=1.5, label=base)
         ax.axhline(mean, color="tab:blue", ls="--", lw=1)
-        ax.set(xlabel=f"class, sorted by {base}'s divergence", ylabel="divergence trace(S_w,k)",
-               )
+        ax.set(
+            xlabel=f"class, sorted by {base}'s divergence",
+            ylabel="divergence trace(S_w,k)",
+        )
         ax.set_title(f"{name} vs {base} ({len(c['seeds'])} seeds)", fontsize=9)
         ax.legend(fontsize=6, markerscale=3)
     _groups_scatter(axes[0][-1], summary, "divergence_std")

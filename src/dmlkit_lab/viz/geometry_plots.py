@@ -22,12 +22,20 @@ def geometry_figures(embeddings: torch.Tensor, labels: torch.Tensor, out_dir: st
     """Write the four figures into ``out_dir``; return their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / name for name in ("divergences.png", "rotation_residuals.png", "covariance_spectra.png", "r_w_curve.png")]
+    paths = [
+        out / name for name in ("divergences.png", "rotation_residuals.png", "covariance_spectra.png", "r_w_curve.png")
+    ]
 
     div = class_divergences(embeddings, labels).sort().values
     fig, ax = plt.subplots(figsize=(6, 3.2))
     ax.bar(range(len(div)), div.numpy(), width=1.0, color="tab:blue")
-    ax.axhline(float(div.mean()), color="k", ls="--", lw=1, label=f"mean {float(div.mean()):.3f}, std {float(div.std(correction=0)):.3f}")
+    ax.axhline(
+        float(div.mean()),
+        color="k",
+        ls="--",
+        lw=1,
+        label=f"mean {float(div.mean()):.3f}, std {float(div.std(correction=0)):.3f}",
+    )
     ax.set(xlabel="class (sorted)", ylabel="divergence trace(S_w,k)", title="Class divergences (Eq. 11)")
     ax.legend(fontsize=8)
     _save(fig, paths[0])
@@ -35,7 +43,11 @@ def geometry_figures(embeddings: torch.Tensor, labels: torch.Tensor, out_dir: st
     res = rotation_residuals(embeddings, labels, generator=torch.Generator().manual_seed(seed))
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.hist(res.numpy(), bins=40, color="tab:orange")
-    ax.set(xlabel="||A sigma - sigma||", ylabel="count", title=f"SFT vs translation residual (mean {float(res.mean()):.3f})")
+    ax.set(
+        xlabel="||A sigma - sigma||",
+        ylabel="count",
+        title=f"SFT vs translation residual (mean {float(res.mean()):.3f})",
+    )
     _save(fig, paths[1])
 
     spectra = covariance_spectra(embeddings, labels, num_classes=4, top=16)
@@ -51,6 +63,11 @@ def geometry_figures(embeddings: torch.Tensor, labels: torch.Tensor, out_dir: st
     curve = r_w_curve(embeddings, labels, ENERGIES)
     fig, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(list(curve), list(curve.values()), marker="o")
-    ax.set(xlabel="energy of the class means kept", ylabel="r_w (Eq. 8)", ylim=(0, 1), title="Within-class energy in the mean subspace")
+    ax.set(
+        xlabel="energy of the class means kept",
+        ylabel="r_w (Eq. 8)",
+        ylim=(0, 1),
+        title="Within-class energy in the mean subspace",
+    )
     _save(fig, paths[3])
     return paths

@@ -75,14 +75,18 @@ class ArrayImageDataset(DMLDataset):
         download: bool = False,
     ) -> None:
         if split not in self.SPLITS:
-            raise ValueError(f"unknown split '{split}' of dataset '{self.NAME}'; valid splits are: {', '.join(self.SPLITS)}")
+            raise ValueError(
+                f"unknown split '{split}' of dataset '{self.NAME}'; valid splits are: {', '.join(self.SPLITS)}"
+            )
         if not is_int(image_size) or image_size < 8:
             raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
         check_seed(seed)
         self.split, self.seed, self.augment, self.image_size = split, seed, bool(augment), image_size
         data = self._load(split, root, download)
         if data.images.ndim != 4 or data.images.dtype != np.uint8 or len(data.images) != len(data.labels):
-            raise ValueError(f"{self.NAME}: the {split} files hold images of shape {data.images.shape} for {len(data.labels)} labels")
+            raise ValueError(
+                f"{self.NAME}: the {split} files hold images of shape {data.images.shape} for {len(data.labels)} labels"
+            )
         labels = np.asarray(data.labels, dtype=np.int64)
         names, cats = list(data.class_names), list(data.class_categories)
         if max_classes is not None:
@@ -134,7 +138,9 @@ class ArrayImageDataset(DMLDataset):
         s = self.image_size
         padded = F.pad(x, [pad] * 4)
         shifts = (u[:, :2] * (2 * pad + 1)).long().clamp_(max=2 * pad)  # offsets 0..2*pad
-        out = torch.stack([padded[b, :, int(dy) : int(dy) + s, int(dx) : int(dx) + s] for b, (dx, dy) in enumerate(shifts.tolist())])
+        out = torch.stack(
+            [padded[b, :, int(dy) : int(dy) + s, int(dx) : int(dx) + s] for b, (dx, dy) in enumerate(shifts.tolist())]
+        )
         if self.FLIP:
             flip = u[:, 2] < 0.5
             out[flip] = out[flip].flip(-1)

@@ -79,7 +79,9 @@ class CarsDataset(ImageListDataset):
             raise ValueError(f"{self.NAME}: no class names in the annotations under '{folder}'")
         bad = [c for c in classes if not 1 <= c <= len(names)]
         if bad:
-            raise ValueError(f"{self.NAME}: class id {bad[0]} outside 1..{len(names)} in the annotations under '{folder}'")
+            raise ValueError(
+                f"{self.NAME}: class id {bad[0]} outside 1..{len(names)} in the annotations under '{folder}'"
+            )
         zero_based = [c - 1 for c in classes]
         keep, split_classes = first_half_split(zero_based, len(names), split)
         remap = {c: k for k, c in enumerate(split_classes)}
@@ -93,7 +95,9 @@ class CarsDataset(ImageListDataset):
         path = folder / "cars_annos.mat"
         mat = load_mat(path, self.NAME)
         if "annotations" not in mat or "class_names" not in mat:
-            raise ValueError(f"{self.NAME}: '{path}' lacks 'annotations' or 'class_names'; is it the official cars_annos.mat?")
+            raise ValueError(
+                f"{self.NAME}: '{path}' lacks 'annotations' or 'class_names'; is it the official cars_annos.mat?"
+            )
         ann = mat["annotations"]
         rel = [str(p) for p in _field(ann, "relative_im_path", path)]
         classes = [int(c) for c in _field(ann, "class", path)]

@@ -47,7 +47,9 @@ _ALLOWED = {
 class _ArrayUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED:
-            return super().find_class(module.replace("numpy.core", "numpy._core") if hasattr(np, "_core") else module, name)
+            return super().find_class(
+                module.replace("numpy.core", "numpy._core") if hasattr(np, "_core") else module, name
+            )
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a CIFAR file")
 
 
@@ -57,7 +59,9 @@ def load_pickle(path: Path, dataset: str) -> dict[str, Any]:
         with open(path, "rb") as f:
             raw = _ArrayUnpickler(f, encoding="bytes").load()
     except (OSError, EOFError, pickle.UnpicklingError, ValueError) as err:
-        raise ValueError(f"{dataset}: '{path}' is not an official CIFAR pickle ({err}); delete it and extract it again") from err
+        raise ValueError(
+            f"{dataset}: '{path}' is not an official CIFAR pickle ({err}); delete it and extract it again"
+        ) from err
     if not isinstance(raw, dict):
         raise ValueError(f"{dataset}: '{path}' does not hold a dict; is it the official file?")
     return {k.decode("latin1") if isinstance(k, bytes) else k: v for k, v in raw.items()}
@@ -112,14 +116,18 @@ class _CIFARBase(ArrayImageDataset):
         for part, name in zip(parts, self.SPLIT_FILES[split]):
             data = np.asarray(part.get("data"))
             if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-                raise ValueError(f"{self.NAME}: '{base / name}' holds data of shape {data.shape}, expected (N, 3072) uint8")
+                raise ValueError(
+                    f"{self.NAME}: '{base / name}' holds data of shape {data.shape}, expected (N, 3072) uint8"
+                )
             images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
             labels.append(np.asarray(part[self.LABEL_KEY], dtype=np.int64))
         return self._arrays(np.concatenate(images), np.concatenate(labels), parts, meta)
 
     LABEL_KEY: ClassVar[str] = "labels"
 
-    def _arrays(self, images: np.ndarray, labels: np.ndarray, parts: list[dict[str, Any]], meta: dict[str, Any]) -> ImageArrays:
+    def _arrays(
+        self, images: np.ndarray, labels: np.ndarray, parts: list[dict[str, Any]], meta: dict[str, Any]
+    ) -> ImageArrays:
         return ImageArrays(images, labels, _names(meta["label_names"]))
 
 
@@ -136,7 +144,9 @@ class CIFAR10Dataset(_CIFARBase):
     SPLIT_FILES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)), "test": ("test_batch",)}
     META = "batches.meta"
     ARCHIVE = RemoteFile(
-        "cifar-10-python.tar.gz", ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",), ("c58f30108f718f92721af3b95e74349a",)
+        "cifar-10-python.tar.gz",
+        ("https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",),
+        ("c58f30108f718f92721af3b95e74349a",),
     )
 
 
@@ -154,10 +164,14 @@ class CIFAR100Dataset(_CIFARBase):
     META = "meta"
     LABEL_KEY = "fine_labels"
     ARCHIVE = RemoteFile(
-        "cifar-100-python.tar.gz", ("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",), ("eb9058c3a382ffc7106e4002c42a8d85",)
+        "cifar-100-python.tar.gz",
+        ("https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz",),
+        ("eb9058c3a382ffc7106e4002c42a8d85",),
     )
 
-    def _arrays(self, images: np.ndarray, labels: np.ndarray, parts: list[dict[str, Any]], meta: dict[str, Any]) -> ImageArrays:
+    def _arrays(
+        self, images: np.ndarray, labels: np.ndarray, parts: list[dict[str, Any]], meta: dict[str, Any]
+    ) -> ImageArrays:
         fine_names, coarse_names = _names(meta["fine_label_names"]), _names(meta["coarse_label_names"])
         coarse = np.concatenate([np.asarray(p["coarse_labels"], dtype=np.int64) for p in parts])
         categories = [-1] * len(fine_names)

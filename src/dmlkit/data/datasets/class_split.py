@@ -44,8 +44,9 @@ def check_class_split(class_split: object, train_share: object, split_seed: obje
         raise ValueError(f"data.params.split_seed must be an int, got {split_seed!r}")
 
 
-def split_classes(names: Sequence[str], class_split: str = "sorted", train_share: float = 0.5,
-                  split_seed: int = 0) -> dict[str, list[str]]:
+def split_classes(
+    names: Sequence[str], class_split: str = "sorted", train_share: float = 0.5, split_seed: int = 0
+) -> dict[str, list[str]]:
     """``{"train": [...], "test": [...]}``: the class names of each side, each in sorted order."""
     check_class_split(class_split, train_share, split_seed)
     ordered = sorted(names)
@@ -66,11 +67,19 @@ def split_classes(names: Sequence[str], class_split: str = "sorted", train_share
     return {"train": train, "test": test}
 
 
-def split_record(root: Path, split: dict[str, list[str]], class_split: str, train_share: float,
-                 split_seed: int) -> dict[str, Any]:
+def split_record(
+    root: Path, split: dict[str, list[str]], class_split: str, train_share: float, split_seed: int
+) -> dict[str, Any]:
     """What ``classes.json`` holds: how the classes were split and the class names of each side."""
-    return {"format": RECORD_FORMAT, "root": str(root), "class_split": class_split, "train_share": train_share,
-            "split_seed": split_seed, "train": list(split["train"]), "test": list(split["test"])}
+    return {
+        "format": RECORD_FORMAT,
+        "root": str(root),
+        "class_split": class_split,
+        "train_share": train_share,
+        "split_seed": split_seed,
+        "train": list(split["train"]),
+        "test": list(split["test"]),
+    }
 
 
 def read_split_record(path: str | Path, folder_classes: Sequence[str]) -> dict[str, Any]:
@@ -81,11 +90,18 @@ def read_split_record(path: str | Path, folder_classes: Sequence[str]) -> dict[s
     except FileNotFoundError:
         raise ValueError(f"data.params.classes_file '{path}' does not exist; pass the classes.json of a run") from None
     except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"data.params.classes_file '{path}' cannot be read ({err}); pass the classes.json of a run") from err
+        raise ValueError(
+            f"data.params.classes_file '{path}' cannot be read ({err}); pass the classes.json of a run"
+        ) from err
     sides = (record.get("train"), record.get("test")) if isinstance(record, dict) else (None, None)
-    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT or not all(
-            isinstance(s, list) and s and all(isinstance(n, str) for n in s) for s in sides):
-        raise ValueError(f"'{path}' is not a class split record ({RECORD_FORMAT}: lists 'train' and 'test' of class names)")
+    if (
+        not isinstance(record, dict)
+        or record.get("format") != RECORD_FORMAT
+        or not all(isinstance(s, list) and s and all(isinstance(n, str) for n in s) for s in sides)
+    ):
+        raise ValueError(
+            f"'{path}' is not a class split record ({RECORD_FORMAT}: lists 'train' and 'test' of class names)"
+        )
     present = set(folder_classes)
     missing = [name for side in sides for name in side if name not in present]
     if missing:
@@ -98,6 +114,7 @@ def read_split_record(path: str | Path, folder_classes: Sequence[str]) -> dict[s
         warnings.warn(
             f"{len(unknown)} class folder(s) not in the split record '{path}' are left out "
             f"({', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}): the run was trained and tested without them",
-            UserWarning, stacklevel=4,
+            UserWarning,
+            stacklevel=4,
         )
     return record

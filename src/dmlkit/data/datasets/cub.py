@@ -41,12 +41,17 @@ class CUBDataset(ImageListDataset):
         labels_txt = self.require(folder, "image_class_labels.txt")
         classes_txt = self.require(folder, "classes.txt")
         names = {parse_int(i, images_txt, self.NAME): rel for i, rel in read_rows(images_txt, 2, self.NAME)}
-        labels = {parse_int(i, labels_txt, self.NAME): parse_int(c, labels_txt, self.NAME) for i, c in read_rows(labels_txt, 2, self.NAME)}
+        labels = {
+            parse_int(i, labels_txt, self.NAME): parse_int(c, labels_txt, self.NAME)
+            for i, c in read_rows(labels_txt, 2, self.NAME)
+        }
         class_rows = sorted((parse_int(c, classes_txt, self.NAME), n) for c, n in read_rows(classes_txt, 2, self.NAME))
         class_ids = [c for c, _ in class_rows]
         missing = sorted(set(names) - set(labels))
         if missing:
-            raise ValueError(f"{self.NAME}: image id {missing[0]} of images.txt has no class in '{labels_txt}'; the file is truncated")
+            raise ValueError(
+                f"{self.NAME}: image id {missing[0]} of images.txt has no class in '{labels_txt}'; the file is truncated"
+            )
         position = {c: k for k, c in enumerate(class_ids)}
         unknown = sorted(set(labels.values()) - set(position))
         if unknown:

@@ -29,7 +29,18 @@ class FashionMNISTDataset(IdxDataset):
     NAME = "fashion_mnist"
     MEAN = (0.2860,)
     STD = (0.3530,)
-    CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+    CLASS_NAMES = (
+        "T-shirt/top",
+        "Trouser",
+        "Pullover",
+        "Dress",
+        "Coat",
+        "Sandal",
+        "Shirt",
+        "Sneaker",
+        "Bag",
+        "Ankle boot",
+    )
     DEBIAN_FOLDER = DEBIAN_FOLDER
 
     @classmethod
@@ -39,6 +50,7 @@ class FashionMNISTDataset(IdxDataset):
         if state == "not downloaded" and cls.DEBIAN_FOLDER.is_dir():
             return f"installed by Debian ({cls.DEBIAN_FOLDER})"
         return state
+
     FILES = mnist_files(
         (
             "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",

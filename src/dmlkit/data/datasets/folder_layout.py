@@ -18,7 +18,9 @@ from typing import Sequence
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 SPLIT_FOLDERS = ("train", "test")
-LAYOUTS_TEXT = "ROOT/<class>/<image> (the classes are then split by data.params.class_split) or ROOT/<split>/<class>/<image>"
+LAYOUTS_TEXT = (
+    "ROOT/<class>/<image> (the classes are then split by data.params.class_split) or ROOT/<split>/<class>/<image>"
+)
 
 
 def images_in(folder: Path) -> list[Path]:

@@ -23,8 +23,14 @@ from dmlkit.data.datasets.glyph_table import GlyphTable, build_glyph_table
 from dmlkit.validation import is_int
 
 __all__ = [
-    "GLYPHS_VERSION", "cached_sizes", "cached_table_sizes", "glyphs_cache_path", "load_glyph_table", "prepare_glyphs",
-    "read_table", "table_cache_path",
+    "GLYPHS_VERSION",
+    "cached_sizes",
+    "cached_table_sizes",
+    "glyphs_cache_path",
+    "load_glyph_table",
+    "prepare_glyphs",
+    "read_table",
+    "table_cache_path",
     "table_arrays",
 ]
 
@@ -54,7 +60,9 @@ def cached_sizes(root: str | Path | None = None) -> list[int]:
     return cached_table_sizes("glyphs", GLYPHS_VERSION, root)
 
 
-def load_glyph_table(root: str | Path | None = None, image_size: int = REFERENCE_SIZE, force: bool = False) -> GlyphTable:
+def load_glyph_table(
+    root: str | Path | None = None, image_size: int = REFERENCE_SIZE, force: bool = False
+) -> GlyphTable:
     """The glyph table of ``image_size`` px, from the cache or rendered (and cached) now."""
     image_size = _check_size(image_size)
     fingerprint = fonts_fingerprint(font_paths())
@@ -143,5 +151,7 @@ def _from_npz(name: str, annotation: str, value: np.ndarray) -> Any:
         return int(value)
     if annotation == "float":
         return float(value)
-    raise TypeError(f"GlyphTable field '{name}' has type {annotation}, which the glyph cache cannot read; "
-                    "add the type to glyph_cache._from_npz")
+    raise TypeError(
+        f"GlyphTable field '{name}' has type {annotation}, which the glyph cache cannot read; "
+        "add the type to glyph_cache._from_npz"
+    )

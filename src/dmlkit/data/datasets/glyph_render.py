@@ -269,4 +269,3 @@ def render_font_table(
         done.append(cp)
         images.append(img)
     return done, images
-

@@ -46,7 +46,9 @@ class GlyphTable:
     dropped_for: np.ndarray  # (D,) the kept code point each collided with
     image_size: int
     render_seconds: float
-    thin: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # code points dropped for fewer than MIN_IMAGES distinct images
+    thin: np.ndarray = field(
+        default_factory=lambda: np.zeros(0, dtype=np.int64)
+    )  # code points dropped for fewer than MIN_IMAGES distinct images
     duplicates: int = 0  # images left out as near-identical to another image of their class
 
     @property

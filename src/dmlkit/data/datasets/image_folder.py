@@ -47,7 +47,9 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 def scan_split(folder: Path) -> tuple[list[str], list[Path], list[int]]:
     """Class names, image paths and labels of one split folder ``ROOT/<split>/``."""
     if not folder.is_dir():
-        raise ValueError(f"split folder '{folder}' does not exist; image_folder's split layout needs ROOT/<split>/<class>/<image>")
+        raise ValueError(
+            f"split folder '{folder}' does not exist; image_folder's split layout needs ROOT/<split>/<class>/<image>"
+        )
     classes = class_folders(folder)
     paths, labels = scan_classes(folder, classes)
     return classes, paths, labels
@@ -88,18 +90,31 @@ class ImageFolderDataset(DMLDataset):
     SOURCE = "your files: data.root holding <class>/ image folders (or train/<class>/ and test/<class>/)"
 
     def __init__(
-        self, split: str = "train", root: str | Path | None = None, seed: int = 0, augment: bool = False,
-        image_size: int = 32, channels: int = 3, on_corrupt: str = "error", class_split: str | None = None,
-        train_share: float | None = None, split_seed: int | None = None, classes_file: str | Path | None = None,
+        self,
+        split: str = "train",
+        root: str | Path | None = None,
+        seed: int = 0,
+        augment: bool = False,
+        image_size: int = 32,
+        channels: int = 3,
+        on_corrupt: str = "error",
+        class_split: str | None = None,
+        train_share: float | None = None,
+        split_seed: int | None = None,
+        classes_file: str | Path | None = None,
     ) -> None:
         if root is None:
-            raise ValueError("dataset 'image_folder' needs data.root: the folder holding <class>/ (or train/ and test/)")
+            raise ValueError(
+                "dataset 'image_folder' needs data.root: the folder holding <class>/ (or train/ and test/)"
+            )
         if channels not in (1, 3):
             raise ValueError(f"channels must be 1 (grey) or 3 (RGB), got {channels}")
         self.root, self.split, self.seed, self.augment = Path(root), split, seed, augment
         self.image_size, self.in_channels = image_size, channels
         self.split_record: dict[str, Any] | None = None
-        flat_options = dict(class_split=class_split, train_share=train_share, split_seed=split_seed, classes_file=classes_file)
+        flat_options = dict(
+            class_split=class_split, train_share=train_share, split_seed=split_seed, classes_file=classes_file
+        )
         if folder_layout(self.root) == "split":
             given = [name for name, value in flat_options.items() if value is not None]
             if given:
@@ -125,8 +140,14 @@ class ImageFolderDataset(DMLDataset):
         self._mean = torch.tensor(mean).view(-1, 1, 1)
         self._std = torch.tensor(std).view(-1, 1, 1)
 
-    def _flat_split(self, split: str, class_split: str | None, train_share: float | None, split_seed: int | None,
-                    classes_file: str | Path | None) -> tuple[list[str], list[Path], list[int]]:
+    def _flat_split(
+        self,
+        split: str,
+        class_split: str | None,
+        train_share: float | None,
+        split_seed: int | None,
+        classes_file: str | Path | None,
+    ) -> tuple[list[str], list[Path], list[int]]:
         """The classes of ``split`` of a flat folder, their images and labels; sets ``split_record``."""
         names = class_folders(self.root)
         class_split = "sorted" if class_split is None else class_split
@@ -135,8 +156,13 @@ class ImageFolderDataset(DMLDataset):
         if classes_file is not None:
             record = read_split_record(classes_file, names)
         else:
-            record = split_record(self.root, split_classes(names, class_split, train_share, split_seed), class_split,
-                                  train_share, split_seed)
+            record = split_record(
+                self.root,
+                split_classes(names, class_split, train_share, split_seed),
+                class_split,
+                train_share,
+                split_seed,
+            )
         _one_image_classes(self.root, record["train"] + record["test"])
         self.split_record = record
         paths, labels = scan_classes(self.root, record[split])

@@ -39,7 +39,13 @@ from torch import Tensor
 from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.cache import dataset_dir
 from dmlkit.data.transforms.eval_preprocess import ImagePreprocess, draft_jpeg
-from dmlkit.data.transforms.image_crops import IMAGENET_MEAN, IMAGENET_STD, EvalTransform, PaperTransformConfig, TrainTransform
+from dmlkit.data.transforms.image_crops import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    EvalTransform,
+    PaperTransformConfig,
+    TrainTransform,
+)
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.data.datasets.unreadable import check_on_corrupt, readable_indices, unreadable_message
 from dmlkit.validation import is_int
@@ -91,7 +97,9 @@ def parse_int(text: str, path: Path, dataset: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"{dataset}: '{path}' holds {text!r} where an integer id belongs; is it the official file?") from None
+        raise ValueError(
+            f"{dataset}: '{path}' holds {text!r} where an integer id belongs; is it the official file?"
+        ) from None
 
 
 def first_half_split(classes: Sequence[int], num_classes: int, split: str) -> tuple[list[int], list[int]]:
@@ -129,7 +137,9 @@ class ImageListDataset(DMLDataset):
         on_corrupt: str = "error",
     ) -> None:
         if split not in self.SPLITS:
-            raise ValueError(f"unknown split '{split}' of dataset '{self.NAME}'; valid splits are: {', '.join(self.SPLITS)}")
+            raise ValueError(
+                f"unknown split '{split}' of dataset '{self.NAME}'; valid splits are: {', '.join(self.SPLITS)}"
+            )
         check_seed(seed)
         self.split, self.seed, self.augment = split, seed, bool(augment)
         self.image_size, self.draft = image_size, bool(draft)
@@ -141,7 +151,9 @@ class ImageListDataset(DMLDataset):
         if max_classes is not None:
             data = _first_classes(data, max_classes)
         if not data.paths:
-            raise ValueError(f"{self.NAME}: split '{split}' under '{self.folder}' lists no images; the annotation files are incomplete")
+            raise ValueError(
+                f"{self.NAME}: split '{split}' under '{self.folder}' lists no images; the annotation files are incomplete"
+            )
         self.paths, classes = data.paths, data.classes
         self.skipped: list[tuple[str, str]] = []
         if check_on_corrupt(on_corrupt) == "skip":
@@ -196,8 +208,9 @@ class ImageListDataset(DMLDataset):
 
     # ------------------------------------------------------------ items
     @classmethod
-    def eval_preprocess(cls, image_size: int = 227, resize: int | None = None, draft: bool = True,
-                        **params: Any) -> ImagePreprocess:
+    def eval_preprocess(
+        cls, image_size: int = 227, resize: int | None = None, draft: bool = True, **params: Any
+    ) -> ImagePreprocess:
         """The papers' eval transform: shorter side to ``resize``, centred ``image_size`` crop, ImageNet statistics."""
         shorter = default_resize(image_size) if resize is None else resize
         return ImagePreprocess(3, image_size, IMAGENET_MEAN, IMAGENET_STD, resize=shorter, draft=bool(draft))

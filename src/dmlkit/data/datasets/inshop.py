@@ -54,7 +54,9 @@ class InShopDataset(ImageListDataset):
         statuses = {r[2] for r in rows}
         unknown = statuses - set(self.SPLITS)
         if unknown:
-            raise ValueError(f"{self.NAME}: '{eval_file}' has evaluation status {sorted(unknown)[0]!r}; expected train, query or gallery")
+            raise ValueError(
+                f"{self.NAME}: '{eval_file}' has evaluation status {sorted(unknown)[0]!r}; expected train, query or gallery"
+            )
         category_names = sorted({clothes_category(r[0]) for r in rows})
         category_index = {c: k for k, c in enumerate(category_names)}
         item_category: dict[str, int] = {}
@@ -73,7 +75,9 @@ class InShopDataset(ImageListDataset):
                     "they must hold the same items (is the file complete?)"
                 )
             labels, items = relabel([r[1] for r in table], sorted(query))
-        base = folder if not table or (folder / table[0][0]).exists() or not (folder / "Img").is_dir() else folder / "Img"
+        base = (
+            folder if not table or (folder / table[0][0]).exists() or not (folder / "Img").is_dir() else folder / "Img"
+        )
         return AnnotatedSplit(
             paths=[base / r[0] for r in table],
             classes=labels,

@@ -73,9 +73,13 @@ class IdxDataset(ArrayImageDataset):
         paths = [self._file(folder, name, download) for name in (image_name, label_name)]
         images, labels = read_idx(paths[0], self.NAME), read_idx(paths[1], self.NAME)
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
-            raise ValueError(f"{self.NAME}: '{paths[0].name}' ({images.shape}) and '{paths[1].name}' ({labels.shape}) do not match")
+            raise ValueError(
+                f"{self.NAME}: '{paths[0].name}' ({images.shape}) and '{paths[1].name}' ({labels.shape}) do not match"
+            )
         if labels.size and int(labels.max()) >= len(self.CLASS_NAMES):
-            raise ValueError(f"{self.NAME}: '{paths[1]}' has label {int(labels.max())}; expected 0..{len(self.CLASS_NAMES) - 1}")
+            raise ValueError(
+                f"{self.NAME}: '{paths[1]}' has label {int(labels.max())}; expected 0..{len(self.CLASS_NAMES) - 1}"
+            )
         return ImageArrays(images[..., None], labels.astype(np.int64), list(self.CLASS_NAMES))
 
     def _file(self, folder: Path, name: str, download: bool) -> Path:

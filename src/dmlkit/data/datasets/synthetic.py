@@ -75,6 +75,8 @@ def sample_token_bags(
     frac = frac.clamp(0.0, 1.0)
     n_class = torch.round(frac * n).long()  # (N,)
     own = labels[:, None] * k + torch.randint(0, k, (labels.numel(), n), generator=generator)
-    background = spec.num_classes * k + torch.randint(0, spec.background_tokens, (labels.numel(), n), generator=generator)
+    background = spec.num_classes * k + torch.randint(
+        0, spec.background_tokens, (labels.numel(), n), generator=generator
+    )
     position = torch.arange(n)[None, :]
     return torch.where(position < n_class[:, None], own, background), frac

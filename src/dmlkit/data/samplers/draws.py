@@ -105,16 +105,26 @@ def category_draws(
         mask = image_cats == cat
         name = NO_CATEGORY if cat < 0 else (category_names[cat] if cat < len(category_names) else str(cat))
         images, draws = int(mask.sum()), int(drawn[mask].sum())
-        rows.append(CategoryDraws(
-            category=cat, name=name, classes=int(labels[mask].unique().numel()), images=images,
-            image_share=images / total_images, draws=draws, draw_share=draws / total_draws,
-        ))
+        rows.append(
+            CategoryDraws(
+                category=cat,
+                name=name,
+                classes=int(labels[mask].unique().numel()),
+                images=images,
+                image_share=images / total_images,
+                draws=draws,
+                draw_share=draws / total_draws,
+            )
+        )
     return rows
 
 
 def format_category_draws(rows: Sequence[CategoryDraws]) -> str:
     """A Markdown table: category, classes, images, image share, draws, draw share, ratio."""
-    lines = ["| category | classes | images | image share | draws | draw share | ratio |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| category | classes | images | image share | draws | draw share | ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in sorted(rows, key=lambda r: -r.images):
         lines.append(
             f"| {r.name} | {r.classes} | {r.images} | {100 * r.image_share:.1f}% | {r.draws} | "

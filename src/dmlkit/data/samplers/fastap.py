@@ -68,7 +68,11 @@ import torch
 from torch import Tensor
 
 from dmlkit.data.samplers.class_pool import (
-    ClassPool, ClassStream, as_labels, check_optional_positive_int, check_positive_int,
+    ClassPool,
+    ClassStream,
+    as_labels,
+    check_optional_positive_int,
+    check_positive_int,
 )
 from dmlkit.data.samplers.m_per_class import EpochBatchSampler
 from dmlkit.data.samplers.registry import register_batch_sampler
@@ -90,7 +94,8 @@ def few_classes_warning(pool: ClassPool, batch_size: int, sampler: str) -> None:
             f"{sampler}: a sampled class brings all its images (median {median:.0f} a class), so a batch of {batch_size} "
             f"holds about {classes:.1f} classes and FastAP has few negatives to rank; cap what a class brings with "
             f"train.sampler_params.max_images_per_class (e.g. {max(1, batch_size // 20)} for 20 classes a batch)",
-            RuntimeWarning, stacklevel=3,
+            RuntimeWarning,
+            stacklevel=3,
         )
 
 
@@ -159,8 +164,13 @@ class RandomClassBatchSampler(EpochBatchSampler):
 
 # ---------------------------------------------------------------- Hard: checks, census, slots
 def _check_args(
-    batch_size: Any, seed: Any, batches_per_epoch: Any, batches_per_pair: Any, unlabelled: Any,
-    small_categories: Any, max_images_per_class: Any,
+    batch_size: Any,
+    seed: Any,
+    batches_per_epoch: Any,
+    batches_per_pair: Any,
+    unlabelled: Any,
+    small_categories: Any,
+    max_images_per_class: Any,
 ) -> None:
     """The Hard sampler's settings, each on its own."""
     check_positive_int("batch_size", batch_size)
@@ -227,11 +237,10 @@ def _choose_categories(
     need_labelled = 2 if unlabelled == "exclude" else 1
     if len(categories) < need_labelled:
         hint = (
-            f"lower batch_size (largest category has {max(counts.values())} images) or pass "
-            f"small_categories='replace'"
+            f"lower batch_size (largest category has {max(counts.values())} images) or pass small_categories='replace'"
             if skipped
             else "use RandomClassBatchSampler (train.sampler=fastap_random in a config), or unlabelled='pair' "
-                 "(train.sampler_params.unlabelled=pair) if some classes have no category"
+            "(train.sampler_params.unlabelled=pair) if some classes have no category"
         )
         raise ValueError(
             f"HardCategoryBatchSampler needs {need_labelled} usable categories, found {len(categories)} "
@@ -317,8 +326,9 @@ class HardCategoryBatchSampler(EpochBatchSampler):
     ) -> None:
         lab = as_labels(labels)
         cats = as_labels(class_categories, "class_categories")
-        _check_args(batch_size, seed, batches_per_epoch, batches_per_pair, unlabelled, small_categories,
-                    max_images_per_class)
+        _check_args(
+            batch_size, seed, batches_per_epoch, batches_per_pair, unlabelled, small_categories, max_images_per_class
+        )
         _check_categories(lab, cats)
         half = batch_size // 2
         self.pool = ClassPool(lab, max_images_per_class)

@@ -97,8 +97,10 @@ class MPerClassBatchSampler(EpochBatchSampler):
         class_draw: str = "balanced",
     ) -> None:
         if class_draw not in CLASS_DRAWS:
-            raise ValueError(f"class_draw must be one of {CLASS_DRAWS} (classes drawn equally often, or in proportion "
-                             f"to their images), got {class_draw!r}")
+            raise ValueError(
+                f"class_draw must be one of {CLASS_DRAWS} (classes drawn equally often, or in proportion "
+                f"to their images), got {class_draw!r}"
+            )
         lab = torch.as_tensor(np.asarray(labels.cpu() if isinstance(labels, Tensor) else labels))
         if lab.dim() != 1 or lab.numel() == 0:
             raise ValueError("labels must be a non-empty 1-d sequence of class ids")
@@ -185,7 +187,14 @@ class MPerClassBatchSampler(EpochBatchSampler):
 
 
 @register_batch_sampler("m_per_class")
-def m_per_class(dataset: Any, batch_size: int, seed: int = 0, m: int = 4, batches_per_epoch: int | None = None,
-                class_draw: str = "balanced") -> MPerClassBatchSampler:
-    return MPerClassBatchSampler(dataset.labels, batch_size, m, seed=seed, batches_per_epoch=batches_per_epoch,
-                                 class_draw=class_draw)
+def m_per_class(
+    dataset: Any,
+    batch_size: int,
+    seed: int = 0,
+    m: int = 4,
+    batches_per_epoch: int | None = None,
+    class_draw: str = "balanced",
+) -> MPerClassBatchSampler:
+    return MPerClassBatchSampler(
+        dataset.labels, batch_size, m, seed=seed, batches_per_epoch=batches_per_epoch, class_draw=class_draw
+    )

@@ -82,7 +82,9 @@ class ImagePreprocess:
         array = np.asarray(img, dtype=np.float32) / 255.0
         x = torch.from_numpy(array.reshape(img.height, img.width, self.channels)).permute(2, 0, 1)
         if self.interpolate and x.shape[-2:] != (self.size, self.size):
-            x = F.interpolate(x[None], size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=True)[0]
+            x = F.interpolate(
+                x[None], size=(self.size, self.size), mode="bilinear", align_corners=False, antialias=True
+            )[0]
         mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
         std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
         return (x - mean) / std

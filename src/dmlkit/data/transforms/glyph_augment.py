@@ -53,7 +53,9 @@ class GlyphAugmentConfig:
         if not 0 < self.scale[0] <= self.scale[1]:
             raise ValueError(f"scale must be (lo, hi) with 0 < lo <= hi, got {self.scale}")
         if not -1 <= self.stroke[0] <= self.stroke[1] <= 1:
-            raise ValueError(f"stroke must be (lo, hi) with -1 <= lo <= hi <= 1 (1 = a full dilation step), got {self.stroke}")
+            raise ValueError(
+                f"stroke must be (lo, hi) with -1 <= lo <= hi <= 1 (1 = a full dilation step), got {self.stroke}"
+            )
         if self.stroke_kernel < 1 or self.stroke_kernel % 2 == 0:
             raise ValueError(f"stroke_kernel must be a positive odd int, got {self.stroke_kernel}")
         if not 0 <= self.blur_prob <= 1:
@@ -147,8 +149,12 @@ class GlyphAugment:
     def __init__(self, config: GlyphAugmentConfig | None = None) -> None:
         self.config = cfg = config or GlyphAugmentConfig()
         rot, shear = math.radians(cfg.rotation_deg), math.radians(cfg.shear_deg)
-        self._lo = torch.tensor([cfg.stroke[0], -rot, cfg.scale[0], -shear, -cfg.translate, -cfg.translate, cfg.blur_sigma[0]])
-        self._hi = torch.tensor([cfg.stroke[1], rot, cfg.scale[1], shear, cfg.translate, cfg.translate, cfg.blur_sigma[1]])
+        self._lo = torch.tensor(
+            [cfg.stroke[0], -rot, cfg.scale[0], -shear, -cfg.translate, -cfg.translate, cfg.blur_sigma[0]]
+        )
+        self._hi = torch.tensor(
+            [cfg.stroke[1], rot, cfg.scale[1], shear, cfg.translate, cfg.translate, cfg.blur_sigma[1]]
+        )
 
     def params_from_uniforms(self, u: Tensor) -> AugmentParams:
         """Map ``u ~ U[0, 1)^(n, 8)`` to parameters: 7 ranges of the config, then the blur coin."""

@@ -73,7 +73,9 @@ class PaperTransformConfig:
         if not is_int(self.size) or self.size < 1:
             raise ValueError(f"size must be a positive int, got {self.size!r}")
         if not is_int(self.resize) or self.resize < self.size:
-            raise ValueError(f"resize ({self.resize!r}) must be an int >= size ({self.size}): the crop is taken from the resized image")
+            raise ValueError(
+                f"resize ({self.resize!r}) must be an int >= size ({self.size}): the crop is taken from the resized image"
+            )
         if not 0 < self.scale[0] <= self.scale[1] <= 1:
             raise ValueError(f"scale must be (lo, hi) with 0 < lo <= hi <= 1, got {self.scale}")
         if not 0 < self.ratio[0] <= self.ratio[1]:
