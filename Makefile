@@ -11,8 +11,9 @@ STAMP := $(VENV)/.dmlkit-installed
 VENV_TIMM := .venv-timm
 PY_TIMM := $(VENV_TIMM)/bin/python
 STAMP_TIMM := $(VENV_TIMM)/.dmlkit-installed
+LINT_PATHS := src tests benchmarks configs/paper/make_configs.py
 
-.PHONY: run test test-timm venv venv-timm clean
+.PHONY: run test test-timm lint venv venv-timm clean
 
 venv: $(STAMP)
 
@@ -38,6 +39,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not timm"
 	$(MAKE) test-timm
+
+# ruff's lint and format check over the Python sources (pyproject.toml [tool.ruff]); .ci/run runs it
+lint: $(STAMP)
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
 test-timm: $(STAMP_TIMM)
 	DMLKIT_REQUIRE_TIMM=1 $(PY_TIMM) -m pytest -q -m timm

@@ -225,8 +225,8 @@ def run(
         rep, tune = np.sort(order[:queries]), np.sort(order[queries : queries + tune_sample])
         nearest = nearest_distances_from_file(arr, np.concatenate([rep, tune]), budget_mb=budget_mb)
         d_rep, d_tune = nearest[:queries], nearest[queries:]
-        exact = h.measure(
-            lambda: retrieval_metrics_from_file(arr, labels, budget_mb=budget_mb, query_sample=queries, seed=seed)
+        exact = h.measure(  # the lambda runs here, before `del arr` below
+            lambda: retrieval_metrics_from_file(arr, labels, budget_mb=budget_mb, query_sample=queries, seed=seed)  # noqa: F821
         )
         exact_pq = exact.seconds / queries
         rows = [

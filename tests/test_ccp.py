@@ -13,11 +13,9 @@ from dmlkit.config import load_config
 from dmlkit.engine.callbacks import Callback
 from dmlkit.methods.ccp import CCP, ProjectionStopping
 from dmlkit.engine.checkpoint import load_checkpoint
-from dmlkit.engine.embed import embed_dataset
 from dmlkit.engine.optim import parameter_groups
 from dmlkit.engine.weight_decay import exclude_from_weight_decay
 from dmlkit.assemble import build_model, build_trainer, resume_trainer
-from dmlkit.losses import create_loss
 from dmlkit.proxies import CCPConfig, ProjectionRegularizer, ProxyBank, ProxyPairLoss, greedy_k_center
 from tests_helpers import TINY_OVERRIDES, fake_train_set
 

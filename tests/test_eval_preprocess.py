@@ -7,7 +7,6 @@ in-memory datasets (MNIST, CIFAR, glyphs) on their stored pixels written out as 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest

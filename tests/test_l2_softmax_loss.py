@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from dmlkit.losses import create_loss
 from dmlkit.losses.l2_softmax_loss import L2SoftmaxLoss

@@ -9,7 +9,6 @@ import sys
 import time
 
 import optuna
-import pytest
 
 from dmlkit.cli import main
 from dmlkit.tune import SearchSettings, tune

@@ -7,7 +7,6 @@ the argument and the fix.
 
 from __future__ import annotations
 
-import numbers
 
 __all__ = ["is_int", "is_real"]
 

@@ -60,7 +60,7 @@ from typing import Any
 import torch
 import yaml
 
-from dmlkit.config import ExperimentConfig, config_differences, from_dict, to_dict
+from dmlkit.config import ExperimentConfig, config_differences, from_dict
 from dmlkit.config_migration import migrate_values
 from dmlkit.data.cache import cache_root
 from dmlkit.data.catalog import DATASETS

@@ -26,7 +26,7 @@ def _data_arguments(data: argparse.ArgumentParser) -> None:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from dmlkit.data import list_datasets, prepare_dataset
+    from dmlkit.data import prepare_dataset
 
     if args.data_command == "list":
         from dmlkit.data.catalog import dataset_table

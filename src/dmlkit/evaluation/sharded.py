@@ -69,7 +69,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dmlkit.evaluation.knn import DEFAULT_MAX_BLOCK_BYTES, exact_neighbours
+from dmlkit.evaluation.knn import exact_neighbours
 from dmlkit.evaluation.knn_certificate import rank_by_distance
 from dmlkit.evaluation.knn_inputs import EmbeddingSource
 from dmlkit.evaluation.metric_values import MetricSums, metric_names, per_query_values

@@ -25,7 +25,7 @@ import importlib
 from typing import Any
 
 from dmlkit.losses import registry
-from dmlkit.losses.config import LossConfig, build_loss
+from dmlkit.losses.config import LossConfig, build_loss  # noqa: F401  (the package's public names)
 from dmlkit.losses.registry import *  # noqa: F403  (registry.__all__ is the one list of its names)
 
 #: exported name -> the module of this package that defines it, imported on first use

@@ -10,7 +10,7 @@ nearest images of the same split.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import torch
 

@@ -23,7 +23,7 @@ plt = require("matplotlib.pyplot", "plots", "dmlkit's plots and reports")
 import torch  # noqa: E402
 
 from dmlkit.evaluation import knn_search  # noqa: E402
-from dmlkit.validation import is_int
+from dmlkit.validation import is_int  # noqa: E402
 
 QUERY_COLOUR = "#1f3fbf"
 CORRECT_COLOUR = "#00a000"

@@ -27,7 +27,6 @@ otherwise (small crops for quick runs keep the papers' proportions).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Sequence
