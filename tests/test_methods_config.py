@@ -1,5 +1,6 @@
-"""The ``methods:`` section: one sub-section per method with one "is it on" rule, and the keys of stored run
-records (``augment:``, ``ccp:``, ``loss.zero_shot_*``, ``train.warmup_steps``) still read, with a FutureWarning."""
+"""The ``methods:`` section: one sub-section per method with one "is it on" rule. The old keys (``augment:``,
+``ccp:``, ``loss.zero_shot_*``, ``train.warmup_steps``) still read, with a FutureWarning, in stored run records
+only; in a user's own YAML or ``--set`` they are unknown keys whose error names the new key."""
 
 import json
 import warnings
@@ -9,7 +10,8 @@ import yaml
 
 from dmlkit.assemble import build_trainer, evaluate_run, resume_trainer
 from dmlkit.config import MethodsConfig, config_differences, dump_config, load_config, to_dict
-from dmlkit.config_migration import OLD_KEYS
+from dmlkit.cli import main
+from dmlkit.config_migration import OLD_KEYS, REMOVED_IN
 from dmlkit.methods import METHODS
 from dmlkit.report import load_run
 from tests_helpers import TINY_OVERRIDES, stop_after_validation
@@ -56,45 +58,60 @@ def _names_each_new_key(messages):
         assert any(f"is now '{key}'" in m for m in messages), (key, messages)
 
 
-def test_an_old_form_file_loads_as_its_new_form_rewrite_with_a_warning(tmp_path):
+def test_a_stored_record_in_the_old_form_loads_as_its_new_form_with_a_warning(tmp_path):
     (tmp_path / "new.yaml").write_text(NEW_FORM)
     (tmp_path / "old.yaml").write_text(OLD_FORM)
-    new, new_warnings = _load_warned(tmp_path / "new.yaml")
-    old, messages = _load_warned(tmp_path / "old.yaml")
-    assert new_warnings == [] and old == new
+    new, new_warnings = _load_warned(tmp_path / "new.yaml", stored=True)
+    old, messages = _load_warned(tmp_path / "old.yaml", stored=True)
+    assert new_warnings == [] and old == new == load_config(tmp_path / "new.yaml")
     assert new.methods.enabled_sections() == ["sft", "ccp", "zero_shot", "warmup"]
     _names_each_new_key(messages)
+    assert all(f"dmlkit {REMOVED_IN}" in m and "old.yaml" in m for m in messages)  # which file, and until when
 
 
-def test_old_keys_in_a_base_chain_and_in_overrides(tmp_path):
-    (tmp_path / "old.yaml").write_text(OLD_FORM)
-    (tmp_path / "child.yaml").write_text("base: old.yaml\nmethods: {sft: {lam: 0.5}, warmup: {steps: 4}}\n")
-    child, messages = _load_warned(tmp_path / "child.yaml")
-    assert (child.methods.sft.lam, child.methods.sft.name, child.methods.warmup.steps) == (0.5, "sft_d", 4)
-    assert any("old.yaml" in m for m in messages)  # the warning says which file holds the old key
-    overrides = [
-        "augment.name=sft",
-        "augment.lam=0.4",
-        "ccp.enabled=true",
-        "loss.zero_shot_weight=0.1",
-        "loss.zero_shot_params={ridge: 0.2}",
-        "train.warmup_steps=3",
-    ]
-    old, messages = _load_warned("configs/quickstart.yaml", overrides)
-    new = load_config(
-        "configs/quickstart.yaml",
-        [
-            "methods.sft.name=sft",
-            "methods.sft.lam=0.4",
-            "methods.ccp.enabled=true",
-            "methods.zero_shot.weight=0.1",
-            "methods.zero_shot.params={ridge: 0.2}",
-            "methods.warmup.steps=3",
-        ],
-    )
-    assert old == new
-    _names_each_new_key(messages)
-    assert any("--set augment.lam=0.4" in m for m in messages)
+@pytest.mark.parametrize(
+    "text, hint",
+    [
+        ("augment: {name: sft}", "'augment' is now 'methods.sft'"),
+        ("ccp: {enabled: true}", "'ccp' is now 'methods.ccp'"),
+        (
+            "loss: {zero_shot_weight: 0.1}",
+            "in section 'loss' ('loss.zero_shot_weight' is now 'methods.zero_shot.weight')",
+        ),
+        ("loss: {zero_shot_params: {ridge: 0.1}}", "'loss.zero_shot_params' is now 'methods.zero_shot.params'"),
+        ("train: {warmup_steps: 3}", "'train.warmup_steps' is now 'methods.warmup.steps'"),
+    ],
+)
+def test_an_old_key_in_a_users_own_file_is_an_unknown_key_naming_the_new_one(tmp_path, text, hint):
+    (tmp_path / "mine.yaml").write_text(f"base: {tmp_path / 'new.yaml'}\n{text}\n")
+    (tmp_path / "new.yaml").write_text(NEW_FORM)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # refused, not migrated
+        with pytest.raises(ValueError, match="unknown config key") as err:
+            load_config(tmp_path / "mine.yaml")
+    assert hint in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override, hint",
+    [
+        ("augment.lam=0.4", "'augment' is now 'methods.sft'"),
+        ("ccp.enabled=true", "'ccp' is now 'methods.ccp'"),
+        ("loss.zero_shot_weight=0.1", "'loss.zero_shot_weight' is now 'methods.zero_shot.weight'"),
+        ("loss.zero_shot_params={ridge: 0.2}", "'loss.zero_shot_params' is now 'methods.zero_shot.params'"),
+        ("train.warmup_steps=3", "'train.warmup_steps' is now 'methods.warmup.steps'"),
+    ],
+)
+def test_an_old_key_in_an_override_is_an_unknown_key_naming_the_new_one(override, hint):
+    with pytest.raises(ValueError, match="unknown config key") as err:
+        load_config("configs/quickstart.yaml", [override])
+    assert hint in str(err.value)
+
+
+def test_an_unknown_key_that_is_no_old_key_gets_no_hint():
+    with pytest.raises(ValueError, match="unknown config key") as err:
+        load_config("configs/quickstart.yaml", ["train.bogus=1"])
+    assert "is now" not in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -106,29 +123,10 @@ def test_old_keys_in_a_base_chain_and_in_overrides(tmp_path):
         ("train: {warmup_steps: 3}", "methods: {warmup: {steps: 3}}"),
     ],
 )
-def test_one_file_giving_the_old_and_the_new_key_is_refused(tmp_path, old, new):
+def test_a_stored_record_giving_the_old_and_the_new_key_is_refused(tmp_path, old, new):
     (tmp_path / "both.yaml").write_text(f"{old}\n{new}\n")
     with pytest.raises(ValueError, match="keep only 'methods"):
-        load_config(tmp_path / "both.yaml")
-
-
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        ["augment.name=sft", "methods.sft.lam=0.3"],
-        ["ccp.enabled=true", "methods.ccp={enabled: true}"],
-        ["train.warmup_steps=2", "methods.warmup.steps=3"],
-        ["loss.zero_shot_weight=0.1", "methods.zero_shot.weight=0.1"],
-    ],
-)
-def test_overrides_giving_the_old_and_the_new_key_are_refused(overrides):
-    with pytest.raises(ValueError, match="the --set overrides gives"):
-        load_config("configs/quickstart.yaml", overrides)
-
-
-def test_overrides_of_other_methods_mix_with_an_old_key():
-    cfg, _ = _load_warned("configs/quickstart.yaml", ["augment.name=sft", "methods.ccp.enabled=true"])
-    assert cfg.methods.enabled_sections() == ["sft", "ccp"]
+        load_config(tmp_path / "both.yaml", stored=True)
 
 
 def test_every_old_key_has_a_field_and_every_section_one_on_rule():
@@ -190,7 +188,7 @@ def _old_form(values):
     return values
 
 
-def test_an_old_run_folder_resumes_evaluates_and_reports(tmp_path):
+def test_an_old_run_folder_resumes_evaluates_reports_and_reruns(tmp_path, capsys):
     cfg = load_config(
         "configs/quickstart.yaml",
         TINY_OVERRIDES + ["plots=false", "eval.clustering=false", "methods.sft.name=sft", "methods.warmup.steps=2"],
@@ -199,7 +197,7 @@ def test_an_old_run_folder_resumes_evaluates_and_reports(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         build_trainer(cfg, run_dir, callbacks=[stop_after_validation(4)], quiet=True).fit()
     (run_dir / "config.yaml").write_text(yaml.safe_dump(_old_form(yaml.safe_load(dump_config(cfg))), sort_keys=False))
-    saved, messages = _load_warned(run_dir / "config.yaml")
+    saved, messages = _load_warned(run_dir / "config.yaml", stored=True)
     assert saved == cfg
     _names_each_new_key(messages)
     with warnings.catch_warnings():
@@ -207,6 +205,9 @@ def test_an_old_run_folder_resumes_evaluates_and_reports(tmp_path):
         summary = resume_trainer(run_dir, quiet=True).fit()
         metrics = evaluate_run(run_dir, split="test")
         record = load_run(run_dir)
+        capsys.readouterr()
+        assert main(["train", str(run_dir / "config.yaml"), "--quiet"]) == 2  # read as its run's own record
+    assert "already holds a run that finished" in capsys.readouterr().err
     for key, value in summary["test"].items():
         assert metrics[key] == pytest.approx(value, abs=1e-6), key
     assert record.config["methods"]["sft"]["name"] == "sft" and "augment" not in record.config

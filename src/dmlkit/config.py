@@ -6,8 +6,10 @@ and the training methods' sections under ``methods:``, composed by ``MethodsConf
 composes them into ``ExperimentConfig`` and converts between dataclasses and plain dicts. It imports config
 modules only, never method, loop or loss code (``tests/test_architecture.py`` checks what it loads).
 An unknown key or a value of the wrong type is a ``ValueError`` that names the
-key path and lists the valid keys. The methods' old keys (``augment:``, ``ccp:``, ...) are read as their
-new ones, with a ``FutureWarning`` (``dmlkit.config_migration``).
+key path and lists the valid keys. A stored run record (``load_config(..., stored=True)``) may still give the
+methods' old keys (``augment:``, ``ccp:``, ...), read as their new ones until dmlkit 0.3
+(``dmlkit.config_migration``); in a user's own YAML or ``--set`` an old key is an unknown key whose error names
+the new one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Union
 
 import yaml
 
-from dmlkit.config_migration import migrate_overrides, migrate_values
+from dmlkit.config_migration import migrate_values, old_key_hint
 from dmlkit.data.config import DataConfig
 from dmlkit.engine.config import EvalConfig, TrainConfig
 from dmlkit.losses.config import LossConfig
@@ -41,7 +43,7 @@ class MethodsConfig:
     ``config_differences`` skips the options of a method both configs leave off.
 
     =============  ==========================================  ======================  ==============================
-    section        dataclass                                   on when                 also read from
+    section        dataclass                                   on when                 stored records' old key
     =============  ==========================================  ======================  ==============================
     ``sft``        ``augment.sft_config.SFTConfig``            ``name`` is set         ``augment:``
     ``ccp``        ``proxies.config.CCPConfig``                ``enabled``             ``ccp:``
@@ -49,7 +51,7 @@ class MethodsConfig:
     ``warmup``     ``engine.warmup_config.WarmupConfig``       ``steps > 0``           ``train.warmup_steps``
     =============  ==========================================  ======================  ==============================
 
-    ``dmlkit.config_migration`` maps the keys in the last column.
+    ``dmlkit.config_migration`` maps the keys in the last column, for stored run records only.
     """
 
     def __init__(self, **sections: Any) -> None:
@@ -154,7 +156,8 @@ def from_dict(cls: type, values: dict[str, Any], path: str = "") -> Any:
     unknown = sorted(set(values) - set(valid))
     if unknown:
         where = f" in section '{path}'" if path else ""
-        raise ValueError(f"unknown config key(s) {unknown}{where}; valid keys are: {', '.join(valid)}")
+        hints = "".join(old_key_hint([*(path.split(".") if path else []), key]) for key in unknown)
+        raise ValueError(f"unknown config key(s) {unknown}{where}{hints}; valid keys are: {', '.join(valid)}")
     kwargs = {name: _convert(hints[name], value, _join(path, name)) for name, value in values.items()}
     return cls(**kwargs)
 
@@ -233,10 +236,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(values: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return a copy of ``values`` with each dotted override written in (an old method key as its new key)."""
+    """Return a copy of ``values`` with each dotted override written in."""
     result = _deep_copy(values)
-    parsed = [parse_override(text) for text in overrides]
-    for text, keys, (_, value) in zip(overrides, migrate_overrides([k for k, _ in parsed], list(overrides)), parsed):
+    for text in overrides:
+        keys, value = parse_override(text)
         node = result
         for key in keys[:-1]:
             child = node.get(key)
@@ -264,13 +267,15 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def read_config_file(path: str | Path, _seen: tuple[Path, ...] = (), stored: bool = False) -> dict[str, Any]:
     """The values of a config YAML, with its ``base:`` chain merged in.
 
     ``base: other.yaml`` (a path relative to the file) loads that config first and
     merges this file's values over it, so a variant states only what differs.
     ``base: [a.yaml, b.yaml]`` merges the bases in order (b's values over a's), then the file's: a method's
     variant on another regime is ``base: [../testbed/testbed_sft.yaml, font_testbed.yaml]``.
+    ``stored``: the file is a run record dmlkit wrote (a run folder's ``config.yaml``), whose old method keys
+    are migrated (``dmlkit.config_migration``); a user's own file is not.
     """
     path = Path(path)
     if not path.is_file():
@@ -279,7 +284,8 @@ def read_config_file(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str
         values = yaml.safe_load(fh) or {}
     if not isinstance(values, dict):
         raise ValueError(f"config file '{path}' must hold a mapping of sections at its top level")
-    values = migrate_values(values, f"in {path}")  # each file of a base: chain on its own
+    if stored:
+        values = migrate_values(values, f"in {path}")
     merged: dict[str, Any] = {}
     for base_path in _base_paths(path, values.pop("base", None), _seen):
         merged = merge(merged, read_config_file(base_path, (*_seen, path.resolve())))
@@ -302,15 +308,20 @@ def _base_paths(path: Path, base: Any, seen: tuple[Path, ...]) -> list[Path]:
     return resolved
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] = (), imports: list[str] = ()) -> ExperimentConfig:
+def load_config(
+    path: str | Path | None = None, overrides: list[str] = (), imports: list[str] = (), stored: bool = False
+) -> ExperimentConfig:
     """Read an experiment YAML (or the defaults when ``path`` is None) and apply ``overrides``.
+
+    ``stored``: ``path`` is a run folder's saved ``config.yaml`` (``read_config_file``), read when the run is
+    resumed, evaluated or re-run.
 
     ``imports``: more plug-in modules (``dmlkit train --import``), added to the config's ``imports`` and imported
     with them, before any value is checked: an override may then set a plug-in method's ``methods.<name>``."""
     from dmlkit.plugins import import_entry_point_plugins, import_plugins, normalize_imports
 
     import_entry_point_plugins()
-    values = apply_overrides(read_config_file(path) if path is not None else {}, list(overrides))
+    values = apply_overrides(read_config_file(path, stored=stored) if path is not None else {}, list(overrides))
     if imports:
         own = values.get("imports")
         values["imports"] = (
@@ -336,7 +347,7 @@ def config_differences(a: ExperimentConfig, b: ExperimentConfig) -> list[str]:
 
     The options of a method that both leave off (a section of ``methods:`` that is not ``active`` in
     either) are not compared: a run without SFT is the same run whatever SFT's default centre step is.
-    Load a stored config with ``load_config`` first, so that a field added since takes its default.
+    Load a stored config with ``load_config(..., stored=True)`` first, so that a field added since takes its default.
     """
     left, right = to_dict(a), to_dict(b)
     on = set(a.methods.enabled_sections()) | set(b.methods.enabled_sections())

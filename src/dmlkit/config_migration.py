@@ -1,13 +1,13 @@
-"""Old keys of the training methods' settings, read as their ``methods:`` keys.
+"""Old keys of the training methods' settings in stored run records, read as their ``methods:`` keys.
 
-Before the ``methods:`` section a method's settings lived in four places; ``OLD_KEYS`` maps each old key
-(a whole section for ``augment`` and ``ccp``) to its new one. Every source of config values is read through
-here: each YAML file of a ``base:`` chain (``migrate_values``, before it is merged), each ``--set`` override
-(``migrate_overrides``) and a run folder's saved ``config.yaml`` (through the same file reader, or
-``migrate_values`` where a tool reads the YAML itself). An old key gives a ``FutureWarning`` naming the new
-key and loads as the new key would; one source (a file, or the ``--set`` list) that gives an old key and its
-new key is a ``ValueError``. Across sources the usual order holds: a file overrides its ``base:``, ``--set``
-overrides the file.
+Removed in dmlkit 0.3. A record dmlkit wrote before the ``methods:`` section existed names a method's
+settings in one of four other places; ``OLD_KEYS`` maps each old key (a whole section for ``augment`` and
+``ccp``) to its new one. Only stored records are migrated: a run folder's saved ``config.yaml`` (read with
+``load_config(..., stored=True)`` when a run is resumed, evaluated, searched, reported or re-run with
+``dmlkit train RUN/config.yaml``) and a cached pretrained backbone's stored config. There an old key loads as
+its new key would, with a ``FutureWarning`` naming both (none for a backbone's config: the user has no file to
+rename), and a record that gives an old key and its new key is a ``ValueError``. A user's own YAML or ``--set``
+is not migrated: an old key there is an unknown key, and the error names its new key (``old_key_hint``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-__all__ = ["OLD_KEYS", "migrate_overrides", "migrate_values", "new_key"]
+__all__ = ["OLD_KEYS", "REMOVED_IN", "migrate_values", "new_key", "old_key_hint"]
+
+#: the release that stops reading old keys in stored records
+REMOVED_IN = "0.3"
 
 #: old key path -> new key path; everything under an old section moves with it
 OLD_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
@@ -33,8 +36,8 @@ def _dotted(keys: tuple[str, ...] | list[str]) -> str:
 
 def _warn(old: tuple[str, ...], new: tuple[str, ...], source: str) -> None:
     warnings.warn(
-        f"config key '{_dotted(old)}' ({source}) is now '{_dotted(new)}': rename it; the old key will "
-        "stop working in a later release",
+        f"config key '{_dotted(old)}' ({source}) is now '{_dotted(new)}': rename it; stored records with the "
+        f"old key stop loading in dmlkit {REMOVED_IN}",
         FutureWarning,
         stacklevel=4,
     )
@@ -48,6 +51,13 @@ def new_key(keys: list[str]) -> tuple[list[str], tuple[str, ...] | None]:
     return list(keys), None
 
 
+def old_key_hint(keys: list[str]) -> str:
+    """``" ('augment' is now 'methods.sft')"`` when the key path ``keys`` is an old key, else ``""``: the hint an
+    unknown-key error gives for a user's own YAML or ``--set``, which are not migrated."""
+    _, old = new_key(keys)
+    return "" if old is None else f" ('{_dotted(old)}' is now '{_dotted(OLD_KEYS[old])}')"
+
+
 def _both_given(old: tuple[str, ...], new: tuple[str, ...], source: str) -> ValueError:
     return ValueError(
         f"{source} gives '{_dotted(old)}' (the old key) and '{_dotted(new)}' (its new key); keep only '{_dotted(new)}'"
@@ -55,9 +65,9 @@ def _both_given(old: tuple[str, ...], new: tuple[str, ...], source: str) -> Valu
 
 
 def migrate_values(values: dict[str, Any], source: str, warn: bool = True) -> dict[str, Any]:
-    """``values`` (one source's config mapping) with every old key moved to its new key (a copy when any moved).
-    ``warn=False`` for a record dmlkit wrote itself and reads back (a pretrained backbone's stored config): the
-    user has no file to rename."""
+    """``values`` (one stored record's config mapping) with every old key moved to its new key (a copy when any
+    moved). ``warn=False`` for a record dmlkit wrote itself and reads back (a pretrained backbone's stored
+    config): the user has no file to rename."""
     moves = [(old, new) for old, new in OLD_KEYS.items() if _lookup(values, old) is not _MISSING]
     if not moves:
         return values
@@ -72,24 +82,6 @@ def migrate_values(values: dict[str, Any], source: str, warn: bool = True) -> di
         if warn:
             _warn(old, new, source)
     return result
-
-
-def migrate_overrides(key_paths: list[list[str]], overrides: list[str]) -> list[list[str]]:
-    """The key path of each override (``key_paths[i]`` of the text ``overrides[i]``), an old key renamed.
-
-    An override list that uses an old key and also its new key (or a key under it, or a section above it) is a
-    ``ValueError``, as a file that does.
-    """
-    renamed = [new_key(keys) for keys in key_paths]
-    for (keys, old), text in zip(renamed, overrides):
-        if old is None:
-            continue
-        _warn(old, OLD_KEYS[old], f"--set {text}")
-        section = list(OLD_KEYS[old])  # as for a file: the old key and any key of its new section is "both"
-        for other, other_old in renamed:
-            if other_old is None and other[: len(section)] == section[: len(other)]:
-                raise _both_given(old, OLD_KEYS[old], "the --set overrides")
-    return [keys for keys, _ in renamed]
 
 
 _MISSING = object()

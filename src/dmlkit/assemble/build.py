@@ -261,7 +261,7 @@ def resume_trainer(run_dir: str | Path, callbacks: Sequence[Callback] = (), quie
     """
     folder = RunFolder(run_dir)
     folder.check_started()
-    cfg = load_config(folder.config)
+    cfg = load_config(folder.config, stored=True)
     check_training_extras(cfg.eval, cfg.plots, cfg.train.tensorboard)
     pin_threads(cfg.train.threads)
     # the classes the run started with; its config.yaml (rewritten by a restart from step 0) stays as it was

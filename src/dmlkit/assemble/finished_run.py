@@ -124,7 +124,9 @@ def load_finished_run(run_or_checkpoint: str | Path, in_channels: int | None = N
     embedder is rebuilt (``objective`` is None).
     """
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
-    cfg = with_split_record(load_config(folder.config), folder.path)  # a flat image folder: the run's own classes
+    cfg = with_split_record(
+        load_config(folder.config, stored=True), folder.path
+    )  # a flat image folder: the run's own classes
     state = load_checkpoint(checkpoint)
     check_finite_weights(state, checkpoint)
     if in_channels is not None and cfg.eval.embedding == "features":

@@ -77,13 +77,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     else:
         if not args.config:
             raise ValueError("dmlkit train needs a CONFIG file (e.g. configs/quickstart.yaml) or --resume RUN_DIR")
-        cfg = load_config(args.config, args.overrides, imports=args.imports)  # recorded like the config's own
+        from dmlkit.engine.run_folder import saved_config_folder
+
+        saved_in = saved_config_folder(args.config)  # a run's own config.yaml: a stored record, and that run's folder
+        # --import modules are recorded like the config's own imports
+        cfg = load_config(args.config, args.overrides, imports=args.imports, stored=saved_in is not None)
         from dmlkit.pretrain import ensure_pretrained_for
 
         ensure_pretrained_for(cfg, quiet=args.quiet)  # a named pretrained backbone is built on first use
-        from dmlkit.engine.run_folder import saved_config_folder
-
-        run_dir = args.run_dir or saved_config_folder(args.config)  # a run's own config.yaml: that run's folder
+        run_dir = args.run_dir or saved_in
         if not args.quiet:
             print(
                 f"dmlkit train: loading {cfg.data.name} and building the model ({cfg.model.backbone})", file=sys.stderr

@@ -34,7 +34,7 @@ def _check_same_config(cfg: ExperimentConfig, folder: RunFolder) -> None:
     added later take their defaults, and the options of a method both leave off do not count)."""
     if not folder.config.is_file():
         return
-    differences = config_differences(load_config(folder.config), cfg)
+    differences = config_differences(load_config(folder.config, stored=True), cfg)
     if differences:
         raise ValueError(
             f"'{folder.path}' holds a run of another config (differs in {', '.join(differences[:6])}); "

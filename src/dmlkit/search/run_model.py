@@ -49,7 +49,7 @@ class RunModel:
 def load_run_model(run_or_checkpoint: str | Path) -> RunModel:
     """The evaluated model of a run folder (or of a checkpoint file inside one) with its trained weights."""
     folder, checkpoint = resolve_checkpoint(run_or_checkpoint)
-    preprocess = preprocess_for_config(load_config(folder.config))
+    preprocess = preprocess_for_config(load_config(folder.config, stored=True))
     run = load_finished_run(checkpoint, in_channels=preprocess.channels)
     model = run.eval_model.eval()
     return RunModel(model, preprocess, run.cfg, folder.path.resolve(), checkpoint.resolve())

@@ -22,7 +22,7 @@ __all__ = ["split_images"]
 def split_images(run_or_checkpoint: str | Path, split: str) -> ImageList:
     """Paths, labels and class names of split ``split`` of the run's dataset, in dataset order."""
     folder, _ = resolve_checkpoint(run_or_checkpoint)
-    cfg = with_split_record(load_config(folder.config), folder.path)
+    cfg = with_split_record(load_config(folder.config, stored=True), folder.path)
     dataset = run_split(cfg, split)
     paths = dataset_paths(dataset)
     if paths is None:

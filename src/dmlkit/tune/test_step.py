@@ -67,7 +67,7 @@ def _fold_rows(study_dir: Path, best: dict[str, Any], record: dict[str, Any]) ->
 
     trial_dir = study_dir / "trials" / f"{best['run']:04d}"
     run_dirs = sorted(trial_dir.glob("fold*"), key=lambda p: int(p.name.removeprefix("fold")))
-    cfg = load_config(run_dirs[0] / "config.yaml")
+    cfg = load_config(run_dirs[0] / "config.yaml", stored=True)
     separated, concatenated = test_fold_models(
         run_dirs, cfg.eval.split, cfg.eval.reference_split, cfg.eval.ks, False, cfg.seed
     )
