@@ -17,7 +17,7 @@ from pytorch_metric_learning.losses import MultiSimilarityLoss, ProxyAnchorLoss
 from pytorch_metric_learning.miners import MultiSimilarityMiner
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
-from dmlkit.augment.config import SFTConfig, build_augmented_loss, build_feature_generator
+from dmlkit.augment.config import SFTConfig, build_augmented_loss
 from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.augment.schemes import NO_TARGET, balanced_targets, split_head_tail, unbalanced_targets
 
@@ -487,7 +487,7 @@ def test_config_validation_and_builder() -> None:
     assert wrapped.score == "joint"
     g = wrapped.generator
     assert (g.target, g.centers.alpha, g.start_step, g.transform) == ("shared", 0.5, 7, "sft")
-    unb = build_feature_generator(
+    unb = FeatureGenerator.from_config(
         SFTConfig(name="sft_d", scheme="unbalanced", tail_threshold=10, normalize_input=True),
         C,
         D,
@@ -496,7 +496,7 @@ def test_config_validation_and_builder() -> None:
     )
     assert unb.is_tail.tolist() == [False, False, False, True, True, True] and unb.normalize_input
     with pytest.raises(ValueError, match="methods.sft.name"):
-        build_feature_generator(SFTConfig(), C, D)
+        FeatureGenerator.from_config(SFTConfig(), C, D)
     bad = [
         dict(name="foo"),
         dict(lam=-1.0),

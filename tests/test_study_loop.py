@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from dmlkit_lab.studies.loop import StepsDone, cosine_to_zero, study_adam, train_steps
+from dmlkit_lab.studies.loop import StepsDone, cosine_to_zero, train_steps
 
 
 def test_steps_count_from_first_step_and_call_the_hooks_in_order() -> None:
     """The loop is the plain zero_grad / backward / step sequence: the same weights as the sequence written out."""
     w, ref = torch.nn.Parameter(torch.tensor([1.0])), torch.nn.Parameter(torch.tensor([1.0]))
-    optimizer, ref_optimizer = study_adam([w], lr=0.1), torch.optim.Adam([ref], lr=0.1)
+    optimizer, ref_optimizer = torch.optim.Adam([w], lr=0.1), torch.optim.Adam([ref], lr=0.1)
     seen, clamps = [], []
 
     def step_loss(batch: float, step: int) -> torch.Tensor:
@@ -35,7 +35,7 @@ def test_steps_count_from_first_step_and_call_the_hooks_in_order() -> None:
 
 def test_the_cosine_schedule_decays_every_group_to_zero() -> None:
     a, b = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
-    optimizer = study_adam([{"params": [a], "lr": 1.0}, {"params": [b], "lr": 0.1}], lr=0.5, weight_decay=0.01)
+    optimizer = torch.optim.Adam([{"params": [a], "lr": 1.0}, {"params": [b], "lr": 0.1}], lr=0.5, weight_decay=0.01)
     schedule = cosine_to_zero(optimizer, 4)
     rates = []
     for _ in range(4):
@@ -55,7 +55,7 @@ def test_a_non_finite_loss_stops_with_the_step_and_leaves_the_global_random_stat
         train_steps(
             lambda batch, step: (w * batch).sum(),
             [1.0, float("nan")],
-            study_adam([w], lr=0.1),
+            torch.optim.Adam([w], lr=0.1),
             first_step=2,
             name="gsp",
         )

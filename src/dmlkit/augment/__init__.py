@@ -4,7 +4,7 @@ J(X, Y) + lam * J(X_gen, Y_gen) (Eq. 10)."""
 
 from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
 from dmlkit.augment.centers import CENTER_INITS, CENTER_MODES, ClassCenters, class_sums
-from dmlkit.augment.config import SFTConfig, build_augmented_loss, build_feature_generator
+from dmlkit.augment.config import SFTConfig, build_augmented_loss
 from dmlkit.augment.feature_generator import AUGMENT_TRANSFORMS, FeatureGenerator, canonical_transform_name
 from dmlkit.augment.generated_score import SCORES, GeneratedBatchStats, score_generated
 from dmlkit.augment.schemes import (
@@ -39,7 +39,6 @@ __all__ = [
     "TARGET_POLICIES",
     "balanced_targets",
     "build_augmented_loss",
-    "build_feature_generator",
     "canonical_transform_name",
     "class_sums",
     "create_transform",

@@ -1,8 +1,7 @@
-"""Builders of SFT's components from the ``methods.sft`` section (``SFTConfig``, ``dmlkit.augment.sft_config``).
+"""The builder of SFT's augmented loss from the ``methods.sft`` section (``SFTConfig``, ``dmlkit.augment.sft_config``).
 
-``build_feature_generator`` is :meth:`FeatureGenerator.from_config
-<dmlkit.augment.feature_generator.FeatureGenerator.from_config>` (used by ``build_augmented_loss``; the
-training tool's SFT method calls ``from_config`` itself). ``build_augmented_loss`` wraps a loss in
+The feature generator of a section is :meth:`FeatureGenerator.from_config
+<dmlkit.augment.feature_generator.FeatureGenerator.from_config>`. ``build_augmented_loss`` wraps a loss in
 :class:`~dmlkit.augment.augmented_loss.FeatureAugmentedLoss` (Eq. 10 of the SFT paper) when the section
 is on, and returns the loss unchanged otherwise.
 """
@@ -17,26 +16,7 @@ from dmlkit.augment.augmented_loss import FeatureAugmentedLoss
 from dmlkit.augment.feature_generator import FeatureGenerator
 from dmlkit.augment.sft_config import SFTConfig
 
-__all__ = ["SFTConfig", "build_augmented_loss", "build_feature_generator"]
-
-
-def build_feature_generator(
-    cfg: SFTConfig,
-    num_classes: int,
-    dim: int,
-    class_counts: Tensor | Sequence[int] | None = None,
-    seed: int = 0,
-) -> FeatureGenerator:
-    """The :class:`~dmlkit.augment.feature_generator.FeatureGenerator` of the ``methods.sft`` section (``cfg.name`` set).
-
-    Args:
-        cfg: the ``methods.sft`` section.
-        num_classes: number of training classes.
-        dim: embedding dimension.
-        class_counts: training samples per class; required for ``scheme="unbalanced"``.
-        seed: seed of the generator's private ``torch.Generator``.
-    """
-    return FeatureGenerator.from_config(cfg, num_classes, dim, class_counts, seed)
+__all__ = ["SFTConfig", "build_augmented_loss"]
 
 
 def build_augmented_loss(
@@ -63,5 +43,5 @@ def build_augmented_loss(
         raise ValueError(f"cfg must be an SFTConfig (the methods.sft section), got {type(cfg).__name__}")
     if not cfg.active:
         return loss
-    generator = build_feature_generator(cfg, num_classes, dim, class_counts, seed)
+    generator = FeatureGenerator.from_config(cfg, num_classes, dim, class_counts, seed)
     return FeatureAugmentedLoss(loss, generator, lam=cfg.lam, miner=miner, score=cfg.score)

@@ -75,7 +75,7 @@ from dmlkit.losses.zero_shot_prediction_loss import ZeroShotPredictionLoss
 from dmlkit_lab.studies.gsp_synthetic_config import SyntheticStudyConfig
 from dmlkit_lab.studies.gsp_synthetic_model import TokenBagModel
 from dmlkit_lab.studies.gsp_synthetic_plot import plot_embedding_space
-from dmlkit_lab.studies.loop import study_adam, train_steps
+from dmlkit_lab.studies.loop import train_steps
 from dmlkit_lab.studies.tables import gsp_synthetic_table
 
 __all__ = ["SyntheticStudyConfig", "TokenBagModel", "VARIANTS", "run_study", "train_variant"]
@@ -156,7 +156,7 @@ def train_variant(variant: str, cfg: SyntheticStudyConfig) -> dict[str, Any]:
         )
     )
     params = list(model.parameters()) + (list(zs.parameters()) if zs is not None else [])
-    optimizer = study_adam(params, cfg.lr)
+    optimizer = torch.optim.Adam(params, lr=cfg.lr)
     val_ids, val_labels = _eval_set(spec, cfg.eval_per_class, make_generator(seed, _VAL))
     test_ids, test_labels = _eval_set(spec, cfg.eval_per_class, make_generator(seed, _TEST))
     batches = _training_bags(spec, cfg.samples_per_class, make_generator(seed, _BATCHES))

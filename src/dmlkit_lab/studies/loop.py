@@ -2,8 +2,8 @@
 
 ``gsp_synthetic`` (a token table on bags of token ids) and ``sft_unbalanced`` (a closed-set classifier on a few
 hundred in-memory glyphs) keep no run folder: no checkpoint, no log, no callbacks; a bare loop is the point, so
-that a study's numbers depend on nothing but its seed. Both train with this module: Adam over the given
-parameters (or parameter groups), an optional cosine decay to 0, and the step loop.
+that a study's numbers depend on nothing but its seed. Both train with this module's step loop and its
+optional cosine decay to 0, over ``torch.optim.Adam``.
 
 The loop draws nothing at random. The study passes its batches in, drawn from its own seeded
 ``torch.Generator``, so the global random state is neither read nor advanced.
@@ -18,12 +18,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
-__all__ = ["StepsDone", "cosine_to_zero", "study_adam", "train_steps"]
-
-
-def study_adam(params: Iterable[Any], lr: float, weight_decay: float = 0.0) -> torch.optim.Adam:
-    """Adam over ``params``: tensors, or groups (dicts) that may carry their own ``lr``."""
-    return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+__all__ = ["StepsDone", "cosine_to_zero", "train_steps"]
 
 
 def cosine_to_zero(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LambdaLR:

@@ -71,7 +71,7 @@ from dmlkit.engine.config import TrainConfig
 from dmlkit.engine.optim import parameter_groups
 from dmlkit.losses import create_loss
 from dmlkit.models import ModelConfig, build_embedder
-from dmlkit_lab.studies.loop import cosine_to_zero, study_adam, train_steps
+from dmlkit_lab.studies.loop import cosine_to_zero, train_steps
 from dmlkit_lab.studies.sft_unbalanced_config import UnbalancedStudyConfig
 from dmlkit_lab.studies.sft_unbalanced_split import (
     AUGMENTER_TAG,
@@ -188,7 +188,7 @@ def train_method(
     started = time.perf_counter()
     model, classifier = _initial_model(cfg, seed, train_ds.in_channels, split.num_classes)
     objective = build_objective(method, classifier, split, cfg, seed)
-    optimizer = study_adam(_parameter_groups(model, classifier, cfg), cfg.lr, cfg.weight_decay)
+    optimizer = torch.optim.Adam(_parameter_groups(model, classifier, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay)
     generated = 0
 
     def step_loss(pos: Tensor, step: int) -> Tensor:
