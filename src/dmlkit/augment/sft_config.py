@@ -9,13 +9,12 @@ The training method that reads the section is ``dmlkit.methods.sft``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from dmlkit.augment.centers import CENTER_INITS, CENTER_MODES
 from dmlkit.augment.generated_score import SCORES
 from dmlkit.augment.schemes import SCHEMES, TARGET_POLICIES
-from dmlkit.validation import is_int, is_real
+from dmlkit.validation import check_int, check_real
 
 __all__ = ["AUGMENT_TRANSFORMS", "SFTConfig", "canonical_transform_name"]
 
@@ -121,17 +120,7 @@ class SFTConfig:
                 raise ValueError(f"{_KEY}.{key} must be one of {valid}, got {value!r}")
 
     def _check_numbers(self) -> None:
-        if not is_real(self.lam) or not math.isfinite(self.lam) or self.lam < 0:
-            raise ValueError(f"{_KEY}.lam must be a finite number >= 0 (the paper uses 0.2), got {self.lam!r}")
-        if not is_int(self.start_step) or self.start_step < 0:
-            raise ValueError(
-                f"{_KEY}.start_step must be an int >= 0 (steps before the augmentation starts), got {self.start_step!r}"
-            )
-        if not is_int(self.tail_threshold) or self.tail_threshold < 1:
-            raise ValueError(
-                f"{_KEY}.tail_threshold must be a positive int (samples per class), got {self.tail_threshold!r}"
-            )
-        if not is_real(self.alpha) or not 0.0 < float(self.alpha) <= 1.0:
-            raise ValueError(
-                f"{_KEY}.alpha must lie in (0, 1] (Eq. 9 step size; 1 is Eq. 9 as written), got {self.alpha!r}"
-            )
+        check_real(f"{_KEY}.lam", self.lam, 0, hint="the paper uses 0.2")
+        check_int(f"{_KEY}.start_step", self.start_step, 0, hint="steps before the augmentation starts")
+        check_int(f"{_KEY}.tail_threshold", self.tail_threshold, 1, hint="samples per class")
+        check_real(f"{_KEY}.alpha", self.alpha, 0, 1, low_open=True, hint="Eq. 9 step size; 1 is Eq. 9 as written")

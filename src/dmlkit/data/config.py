@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 from dmlkit.data.long_tail import check_long_tail
-from dmlkit.validation import is_int, is_real
+from dmlkit.validation import check_int, check_real, is_int
 
 
 @dataclass
@@ -54,21 +54,14 @@ class DataConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"data.name must be a dataset name, got {self.name!r}")
-        if not is_int(self.image_size) or self.image_size < 8:
-            raise ValueError(f"data.image_size must be an int >= 8, got {self.image_size!r}")
-        if not is_real(self.val_fraction) or not (0.0 <= self.val_fraction < 1.0):
-            raise ValueError(f"data.val_fraction must lie in [0, 1) (0 disables validation), got {self.val_fraction!r}")
-        if self.max_classes is not None and (not is_int(self.max_classes) or self.max_classes < 1):
-            raise ValueError(f"data.max_classes must be a positive int or null, got {self.max_classes!r}")
+        check_int("data.image_size", self.image_size, 8)
+        check_real("data.val_fraction", self.val_fraction, 0, 1, high_open=True, hint="0 disables validation")
+        check_int("data.max_classes", self.max_classes, 1, none=True)
         if not is_int(self.folds) or self.folds < 0 or self.folds == 1:
             raise ValueError(f"data.folds must be 0 (no folds) or an int >= 2, got {self.folds!r}")
-        if not is_int(self.fold) or not 0 <= self.fold < max(self.folds, 1):
-            raise ValueError(
-                f"data.fold must be an int in 0..{max(self.folds - 1, 0)} (data.folds={self.folds}), got {self.fold!r}"
-            )
+        check_int("data.fold", self.fold, 0, max(self.folds - 1, 0), hint=f"data.folds={self.folds}")
         check_long_tail(self.tail_fraction, self.tail_images)
-        if not is_int(self.num_workers) or self.num_workers < 0:
-            raise ValueError(f"data.num_workers must be an int >= 0, got {self.num_workers!r}")
+        check_int("data.num_workers", self.num_workers, 0)
         if not isinstance(self.train_split, str) or not self.train_split:
             raise ValueError(f"data.train_split must be a split name such as 'train', got {self.train_split!r}")
         if self.val_split is not None:

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from dmlkit.data.datasets.base import DMLDataset
 from dmlkit.data.splits import LabelledSubset
-from dmlkit.validation import is_int, is_real
+from dmlkit.validation import check_int, check_real
 
 __all__ = ["LongTailCut", "check_long_tail", "cut_long_tail", "long_tail_cut", "tail_classes"]
 
@@ -47,16 +47,15 @@ def _rank(text: str) -> int:
 
 def check_long_tail(fraction: object, images: object, prefix: str = "data.") -> None:
     """Raise a ``ValueError`` naming ``{prefix}tail_fraction`` / ``{prefix}tail_images`` for values no cut can use."""
-    if not is_real(fraction) or not 0.0 <= fraction < 1.0:
-        raise ValueError(
-            f"{prefix}tail_fraction must be a number in [0, 1) (the share of training classes cut to "
-            f"{prefix}tail_images images; 0 cuts none), got {fraction!r}"
-        )
-    if not is_int(images) or images < 2:
-        raise ValueError(
-            f"{prefix}tail_images must be an int >= 2 (images kept per cut class, so each keeps a positive pair), "
-            f"got {images!r}"
-        )
+    check_real(
+        f"{prefix}tail_fraction",
+        fraction,
+        0,
+        1,
+        high_open=True,
+        hint=f"the share of training classes cut to {prefix}tail_images images; 0 cuts none",
+    )
+    check_int(f"{prefix}tail_images", images, 2, hint="images kept per cut class, so each keeps a positive pair")
 
 
 def tail_classes(class_names: list[str], fraction: float) -> Tensor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from dmlkit.validation import is_int, is_real
+from dmlkit.validation import check_int, check_real, is_int, is_real
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULES = ("none", "plateau", "step")
@@ -66,46 +66,32 @@ _NON_NEGATIVE_INTS = ("patience", "plateau_patience")
 def check_train_values(t: TrainConfig) -> None:
     """Reject values no run can use (zero or negative sizes, rates that are not finite and positive)
     with a ValueError naming ``train.<key>``; the type of each value is checked when the config is read."""
-    import math
-
-    def bad(key: str, value: object, want: str) -> ValueError:
-        return ValueError(f"train.{key} must be {want}; got {value!r}")
-
     for key in _POSITIVE_INTS + _NON_NEGATIVE_INTS:
-        value, low = getattr(t, key), (1 if key in _POSITIVE_INTS else 0)
-        if not is_int(value) or value < low or value > 2**40:
-            raise bad(key, value, f"an integer between {low} and 2**40")
-    if t.threads is not None and (not is_int(t.threads) or not 1 <= t.threads <= 4096):
-        raise bad(
-            "threads",
-            t.threads,
-            "an integer between 1 and 4096 (the run's intra-op CPU threads), or null for the "
-            "shell's (OMP_NUM_THREADS, else one per core)",
-        )
+        check_int(f"train.{key}", getattr(t, key), 1 if key in _POSITIVE_INTS else 0, 2**40)
+    check_int(
+        "train.threads",
+        t.threads,
+        1,
+        4096,
+        hint="the run's intra-op CPU threads; null: the shell's OMP_NUM_THREADS, else one per core",
+        none=True,
+    )
     for key in ("lr", "head_lr", "loss_lr", "grad_clip"):
-        value = getattr(t, key)
-        if value is None and key != "lr":
-            continue
-        if not is_real(value) or not math.isfinite(value) or value <= 0:
-            raise bad(key, value, "a finite number > 0" + ("" if key == "lr" else " (or null)"))
-    if not isinstance(t.weight_decay, (int, float)) or not math.isfinite(t.weight_decay) or t.weight_decay < 0:
-        raise bad("weight_decay", t.weight_decay, "a finite number >= 0")
-    for key in ("momentum", "plateau_factor", "step_gamma"):
-        value = getattr(t, key)
-        low_ok = key == "momentum"
-        if (
-            not isinstance(value, (int, float))
-            or not (0 <= value < 1 if low_ok else 0 < value <= 1)
-            or (key == "plateau_factor" and value == 1)
-        ):
-            raise bad(key, value, "in [0, 1)" if low_ok else ("in (0, 1)" if key == "plateau_factor" else "in (0, 1]"))
-    if len(t.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in t.betas):
-        raise bad("betas", t.betas, "two numbers in [0, 1), e.g. [0.9, 0.99]")
+        check_real(f"train.{key}", getattr(t, key), 0, low_open=True, none=key != "lr")
+    check_real("train.weight_decay", t.weight_decay, 0)
+    check_real("train.momentum", t.momentum, 0, 1, high_open=True)
+    check_real("train.plateau_factor", t.plateau_factor, 0, 1, low_open=True, high_open=True)
+    check_real("train.step_gamma", t.step_gamma, 0, 1, low_open=True)
+    if len(t.betas) != 2 or not all(is_real(b) and 0 <= b < 1 for b in t.betas):
+        raise ValueError(f"train.betas must be two numbers in [0, 1), e.g. [0.9, 0.99]; got {t.betas!r}")
     for key, valid in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES)):
         if getattr(t, key) not in valid:
             raise ValueError(f"unknown train.{key} {getattr(t, key)!r}; valid values are: {', '.join(valid)}")
     if t.batch_size % t.devices:
-        raise bad("batch_size", t.batch_size, f"divisible by train.devices={t.devices} (it is the global batch)")
+        raise ValueError(
+            f"train.batch_size must be divisible by train.devices={t.devices} (it is the global batch); "
+            f"got {t.batch_size!r}"
+        )
 
 
 @dataclass
@@ -140,13 +126,8 @@ class EvalConfig:
             raise ValueError(
                 f"eval.ks must be a non-empty list of positive integers (the K of each R@K), e.g. [1, 2, 4, 8]; got {self.ks!r}"
             )
-        if not is_int(self.batch_size) or self.batch_size < 1:
-            raise ValueError(f"eval.batch_size must be a positive integer, got {self.batch_size!r}")
-        cap = self.val_max_per_class
-        if cap is not None and (not is_int(cap) or cap < 2):
-            raise ValueError(
-                f"eval.val_max_per_class must be an integer >= 2 (images per validation class) or null, got {cap!r}"
-            )
+        check_int("eval.batch_size", self.batch_size, 1)
+        check_int("eval.val_max_per_class", self.val_max_per_class, 2, hint="images per validation class", none=True)
 
 
 def check_val_metric(train: TrainConfig, evaluation: EvalConfig, names: list[str]) -> None:

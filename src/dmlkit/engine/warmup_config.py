@@ -3,15 +3,15 @@
 The warm-up sets the learning rate of the ``body`` parameter group (``engine/optim.py``) to 0 for the first
 steps, so its settings live beside the optimiser's; this module imports only ``dmlkit.validation``, so ``dmlkit.config``
 composes it without loading method code. The callback that applies it is ``dmlkit.methods.warmup`` (the
-loop itself never reads it). The key ``train.warmup_steps`` still loads as ``methods.warmup.steps``
-(``dmlkit.config_migration``).
+loop itself never reads it). Stored run records may name it ``train.warmup_steps``; ``dmlkit.config_migration``
+reads it as ``methods.warmup.steps``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dmlkit.validation import is_int
+from dmlkit.validation import check_int
 
 __all__ = ["WarmupConfig"]
 
@@ -33,7 +33,4 @@ class WarmupConfig:
         return self.steps > 0
 
     def __post_init__(self) -> None:
-        if not is_int(self.steps) or self.steps < 0:
-            raise ValueError(
-                f"methods.warmup.steps must be an int >= 0 (steps training only the head), got {self.steps!r}"
-            )
+        check_int("methods.warmup.steps", self.steps, 0, hint="steps training only the head")

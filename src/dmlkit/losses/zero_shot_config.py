@@ -2,18 +2,17 @@
 
 They live beside the loss they configure (``params`` are the keyword arguments of
 ``ZeroShotPredictionLoss``, ``losses/zero_shot_prediction_loss.py``) and import no loss or method code, so
-``dmlkit.config`` composes them without loading either. The keys ``loss.zero_shot_weight`` and ``loss.zero_shot_params``
-still load as these (``dmlkit.config_migration``). The method that reads the section is
+``dmlkit.config`` composes them without loading either. Stored run records may name them ``loss.zero_shot_weight``
+and ``loss.zero_shot_params``; ``dmlkit.config_migration`` reads them as these. The method that reads the section is
 ``dmlkit.methods.zero_shot``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dmlkit.validation import is_real
+from dmlkit.validation import check_real
 
 __all__ = ["ZERO_SHOT_PARAMS", "ZeroShotConfig"]
 
@@ -42,11 +41,14 @@ class ZeroShotConfig:
         return self.weight != 0
 
     def __post_init__(self) -> None:
-        w = self.weight
-        if not is_real(w) or not math.isfinite(w) or not 0.0 <= w < 1.0:
-            raise ValueError(
-                f"methods.zero_shot.weight must lie in [0, 1) (lam of Eq. 5.2.5; 0 leaves the method off), got {w!r}"
-            )
+        check_real(
+            "methods.zero_shot.weight",
+            self.weight,
+            0,
+            1,
+            high_open=True,
+            hint="lam of Eq. 5.2.5; 0 leaves the method off",
+        )
         if not isinstance(self.params, dict):
             raise ValueError(f"methods.zero_shot.params must be a mapping, e.g. {{ridge: 0.05}}, got {self.params!r}")
         unknown = sorted(set(self.params) - set(ZERO_SHOT_PARAMS))

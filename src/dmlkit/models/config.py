@@ -16,6 +16,7 @@ from dmlkit.seeding import derive_seed
 from dmlkit.models.backbones import TIMM_PREFIX, create_backbone, list_backbones
 from dmlkit.models.embedder import HEADS, NORMALIZATIONS, Embedder, local_projection_conv
 from dmlkit.pooling import create_pooling, list_poolings
+from dmlkit.validation import check_int
 
 __all__ = ["ModelConfig", "build_embedder"]
 
@@ -68,8 +69,7 @@ def build_embedder(cfg: ModelConfig, in_channels: int) -> Embedder:
         )
     if cfg.head not in HEADS:
         raise ValueError(f"unknown model.head '{cfg.head}'; valid values are: {', '.join(HEADS)}")
-    if not isinstance(cfg.embedding_dim, int) or cfg.embedding_dim < 1:
-        raise ValueError(f"model.embedding_dim must be a positive integer, got {cfg.embedding_dim!r}")
+    check_int("model.embedding_dim", cfg.embedding_dim, 1)
     backbone = create_backbone(
         cfg.backbone, in_channels=in_channels, pretrained=cfg.pretrained, freeze_bn=cfg.freeze_bn
     )

@@ -8,17 +8,12 @@ is ``dmlkit.methods.ccp``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from dmlkit.models.embedder import NORMALIZATIONS
-from dmlkit.validation import is_real
+from dmlkit.validation import check_int, check_real
 
 __all__ = ["CCPConfig"]
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass
@@ -86,8 +81,7 @@ class CCPConfig:
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"methods.ccp.{key} must be true or false, got {getattr(self, key)!r}")
         for key in ("proxies_per_class", "pool_size", "patience"):
-            if not _positive_int(getattr(self, key)):
-                raise ValueError(f"methods.ccp.{key} must be a positive int, got {getattr(self, key)!r}")
+            check_int(f"methods.ccp.{key}", getattr(self, key), 1)
         if self.pool_size < self.proxies_per_class:
             raise ValueError(
                 f"methods.ccp.pool_size ({self.pool_size}) must be >= methods.ccp.proxies_per_class ({self.proxies_per_class}): "
@@ -99,16 +93,9 @@ class CCPConfig:
             ("first_projection_lambda", "the official code uses 0"),
             ("batch_loss_weight", "official 0.1, thesis text 0"),
         ):
-            value = getattr(self, key)
-            if not is_real(value) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"methods.ccp.{key} must be a finite number >= 0 ({hint}), got {value!r}")
-        if self.max_projections is not None and not _positive_int(self.max_projections):
-            raise ValueError(
-                f"methods.ccp.max_projections must be a positive int or null, got {self.max_projections!r}"
-            )
-        mult = self.proxy_lr_mult
-        if not is_real(mult) or not math.isfinite(mult) or mult <= 0:
-            raise ValueError(f"methods.ccp.proxy_lr_mult must be a finite number > 0, got {mult!r}")
+            check_real(f"methods.ccp.{key}", getattr(self, key), 0, hint=hint)
+        check_int("methods.ccp.max_projections", self.max_projections, 1, none=True)
+        check_real("methods.ccp.proxy_lr_mult", self.proxy_lr_mult, 0, low_open=True)
         if self.proxy_normalize not in NORMALIZATIONS:
             raise ValueError(
                 f"methods.ccp.proxy_normalize must be one of {NORMALIZATIONS}, got {self.proxy_normalize!r}"

@@ -3,20 +3,19 @@
 ``ClassPool`` holds the item indices of every class (at most ``max_images_per_class`` of them used per
 draw) and fills ``need`` indices with all the images of classes drawn from a ``ClassStream``, the last
 class only partly; ``ClassStream`` visits its classes in a running random order, each once per round.
-``as_labels`` and the ``check_*`` helpers turn the samplers' arguments into checked values.
+``as_labels`` turns the samplers' labels into a checked tensor.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from dmlkit.validation import is_int
 
-__all__ = ["ClassPool", "ClassStream", "as_labels", "check_optional_positive_int", "check_positive_int"]
+__all__ = ["ClassPool", "ClassStream", "as_labels"]
 
 
 def as_labels(labels: Sequence[int] | Tensor | np.ndarray, name: str = "labels") -> Tensor:
@@ -27,16 +26,6 @@ def as_labels(labels: Sequence[int] | Tensor | np.ndarray, name: str = "labels")
     if lab.is_floating_point() or lab.dtype == torch.bool:
         raise ValueError(f"{name} must be integers, got dtype {lab.dtype}")
     return lab.long()
-
-
-def check_positive_int(name: str, value: Any) -> None:
-    if not is_int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def check_optional_positive_int(name: str, value: Any) -> None:
-    if value is not None and (not is_int(value) or value < 1):
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
 
 
 class ClassStream:

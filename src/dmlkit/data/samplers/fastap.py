@@ -67,17 +67,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dmlkit.data.samplers.class_pool import (
-    ClassPool,
-    ClassStream,
-    as_labels,
-    check_optional_positive_int,
-    check_positive_int,
-)
+from dmlkit.data.samplers.class_pool import ClassPool, ClassStream, as_labels
 from dmlkit.data.samplers.m_per_class import EpochBatchSampler
 from dmlkit.data.samplers.registry import register_batch_sampler
 from dmlkit.data.seeding import check_seed, make_generator
 from dmlkit.registry import check_kwargs
+from dmlkit.validation import check_int
 
 __all__ = ["FEW_CLASSES", "RandomClassBatchSampler", "HardCategoryBatchSampler", "few_classes_warning"]
 
@@ -128,9 +123,9 @@ class RandomClassBatchSampler(EpochBatchSampler):
         max_images_per_class: int | None = None,
     ) -> None:
         lab = as_labels(labels)
-        check_positive_int("batch_size", batch_size)
-        check_optional_positive_int("batches_per_epoch", batches_per_epoch)
-        check_optional_positive_int("max_images_per_class", max_images_per_class)
+        check_int("batch_size", batch_size, 1)
+        check_int("batches_per_epoch", batches_per_epoch, 1, none=True)
+        check_int("max_images_per_class", max_images_per_class, 1, none=True)
         check_seed(seed)
         self.pool = ClassPool(lab, max_images_per_class)
         few_classes_warning(self.pool, batch_size, "fastap_random")
@@ -173,15 +168,15 @@ def _check_args(
     max_images_per_class: Any,
 ) -> None:
     """The Hard sampler's settings, each on its own."""
-    check_positive_int("batch_size", batch_size)
+    check_int("batch_size", batch_size, 1)
     if batch_size % 2 or batch_size < 2:
         raise ValueError(
             f"batch_size={batch_size} must be even: half of each batch comes from each of two "
             f"categories (e.g. batch_size={batch_size + 1 if batch_size % 2 else 2})"
         )
-    check_optional_positive_int("batches_per_epoch", batches_per_epoch)
-    check_optional_positive_int("batches_per_pair", batches_per_pair)
-    check_optional_positive_int("max_images_per_class", max_images_per_class)
+    check_int("batches_per_epoch", batches_per_epoch, 1, none=True)
+    check_int("batches_per_pair", batches_per_pair, 1, none=True)
+    check_int("max_images_per_class", max_images_per_class, 1, none=True)
     check_seed(seed)
     if unlabelled not in ("exclude", "pair"):
         raise ValueError(f"unlabelled must be 'exclude' or 'pair', got {unlabelled!r}")
