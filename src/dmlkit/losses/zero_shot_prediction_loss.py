@@ -51,7 +51,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from dmlkit.validation import is_int, is_real
+from dmlkit.validation import check_int, check_real, is_int
 
 __all__ = [
     "ZeroShotPredictionLoss",
@@ -198,8 +198,7 @@ class ZeroShotPredictionLoss(nn.Module):
     ) -> None:
         super().__init__()
         for name, value in (("num_classes", num_classes), ("num_prototypes", num_prototypes)):
-            if not is_int(value) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, value, 1)
         dim = num_prototypes if embedding_dim is None else embedding_dim
         if not is_int(dim) or dim < 1:
             raise ValueError(f"embedding_dim must be a positive int or None (= num_prototypes), got {embedding_dim!r}")
@@ -207,10 +206,7 @@ class ZeroShotPredictionLoss(nn.Module):
             raise ValueError(f"mu must lie in (0, 1], got {mu}")
         if not ridge > 0:
             raise ValueError(f"ridge must be positive, got {ridge}")
-        if not is_real(scale) or not (math.isfinite(scale) and scale > 0):
-            raise ValueError(
-                f"scale must be a positive number (9.5 in the author's code, 1 for Eq. 5.2.4 as written), got {scale!r}"
-            )
+        check_real("scale", scale, 0, low_open=True, hint="9.5 in the author's code, 1 for Eq. 5.2.4 as written")
         self.scale = float(scale)
         self.num_prototypes = num_prototypes
         self.mu = float(mu)

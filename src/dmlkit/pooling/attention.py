@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dmlkit.pooling.registry import register_pooling
-from dmlkit.validation import is_int
+from dmlkit.validation import check_int
 
 __all__ = ["AttentionPool", "attention_pool"]
 
@@ -51,8 +51,7 @@ class AttentionPool(nn.Module):
     def __init__(self, dim: int, hidden_dim: int | None = None) -> None:
         super().__init__()
         hidden = dim if hidden_dim is None else hidden_dim
-        if not is_int(hidden) or hidden < 1:
-            raise ValueError(f"attention hidden_dim must be a positive integer, got {hidden_dim!r}")
+        check_int("attention hidden_dim", hidden, 1)
         self.dim = dim
         self.hidden_dim = hidden
         self.score = nn.Sequential(nn.Conv2d(dim, hidden, 1), nn.ReLU(inplace=True), nn.Conv2d(hidden, 1, 1))

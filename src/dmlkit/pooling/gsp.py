@@ -52,7 +52,7 @@ from dmlkit.pooling.gsp_transport import (
     transport_grad,
 )
 from dmlkit.pooling.registry import register_pooling
-from dmlkit.validation import is_int
+from dmlkit.validation import check_int
 
 __all__ = [
     "GSP",
@@ -248,8 +248,7 @@ class GSP(nn.Module):
         check_normalization(normalization)
         if init not in PROTOTYPE_INITS:
             raise ValueError(f"GSP init must be one of {', '.join(PROTOTYPE_INITS)}, got {init!r}")
-        if not is_int(num_prototypes) or num_prototypes < 1:
-            raise ValueError(f"GSP num_prototypes must be a positive integer, got {num_prototypes!r}")
+        check_int("GSP num_prototypes", num_prototypes, 1)
         if num_prototypes > MAX_PROTOTYPES:
             raise ValueError(
                 f"GSP num_prototypes={num_prototypes} is more than {MAX_PROTOTYPES}; the thesis uses 64 or 128 "

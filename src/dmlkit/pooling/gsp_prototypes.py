@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from dmlkit.validation import is_int
+from dmlkit.validation import check_int
 
 __all__ = ["PROTOTYPE_INITS", "PrototypeMemory", "kcenter_prototypes"]
 
@@ -52,14 +52,8 @@ class PrototypeMemory(nn.Module):
 
     def __init__(self, size: int, dim: int, skip: int = 0) -> None:
         super().__init__()
-        if not is_int(size) or size < 1:
-            raise ValueError(
-                f"GSP memory_size must be a positive integer (pooled vectors kept for k-centre), got {size!r}"
-            )
-        if not is_int(skip) or skip < 0:
-            raise ValueError(
-                f"GSP warmup_steps must be an integer >= 0 (batches before the memory fills), got {skip!r}"
-            )
+        check_int("GSP memory_size", size, 1, hint="pooled vectors kept for k-centre")
+        check_int("GSP warmup_steps", skip, 0, hint="batches before the memory fills")
         self.size, self.skip = size, skip
         self.register_buffer("rows", torch.zeros(size, dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.long))

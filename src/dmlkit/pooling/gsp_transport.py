@@ -79,7 +79,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
-from dmlkit.validation import is_int
+from dmlkit.validation import check_int, check_real
 
 __all__ = ["gsp_transport", "gsp_transport_unrolled"]  # the layer uses the rest (solve_transport, transport_grad, ...)
 
@@ -98,12 +98,9 @@ def _min_column_sum(dtype: torch.dtype) -> float:
 
 
 def check_params(mu: float, eps: float, iters: int) -> None:
-    if not isinstance(mu, (int, float)) or not 0.0 < float(mu) <= 1.0:
-        raise ValueError(f"GSP mu (the transported mass fraction) must be in (0, 1], got {mu!r}; mu=1 is GAP")
-    if not isinstance(eps, (int, float)) or not float(eps) > 0.0 or not math.isfinite(float(eps)):
-        raise ValueError(f"GSP eps (inverse entropy smoothing) must be a positive finite number, got {eps!r}")
-    if not is_int(iters) or iters < 1:
-        raise ValueError(f"GSP iters (iterations of Proposition 5.2.1) must be a positive integer, got {iters!r}")
+    check_real("GSP mu", mu, 0, 1, low_open=True, hint="the transported mass fraction; mu=1 is GAP")
+    check_real("GSP eps", eps, 0, low_open=True, hint="inverse entropy smoothing")
+    check_int("GSP iters", iters, 1, hint="iterations of Proposition 5.2.1")
 
 
 def _iterate(log_s: torch.Tensor, mu: float, iters: int) -> tuple[torch.Tensor, torch.Tensor]:

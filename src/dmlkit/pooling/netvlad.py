@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dmlkit.pooling.registry import register_pooling
-from dmlkit.validation import is_int
+from dmlkit.validation import check_int
 
 __all__ = ["MAX_CLUSTERS", "NetVLAD", "netvlad"]
 
@@ -79,8 +79,7 @@ class NetVLAD(nn.Module):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        if not is_int(num_clusters) or num_clusters < 1:
-            raise ValueError(f"NetVLAD num_clusters must be a positive integer, got {num_clusters!r}")
+        check_int("NetVLAD num_clusters", num_clusters, 1)
         if num_clusters > MAX_CLUSTERS:
             raise ValueError(f"NetVLAD num_clusters={num_clusters} is more than {MAX_CLUSTERS}; choose fewer")
         self.dim = dim

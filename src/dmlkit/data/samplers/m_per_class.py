@@ -18,7 +18,7 @@ from torch.utils.data import Sampler
 
 from dmlkit.data.samplers.registry import register_batch_sampler
 from dmlkit.data.seeding import check_seed, make_generator
-from dmlkit.validation import is_int
+from dmlkit.validation import check_int, is_int
 
 #: How ``MPerClassBatchSampler`` draws the classes of a batch: equally often, or in proportion to their images.
 CLASS_DRAWS = ("balanced", "proportional")
@@ -108,8 +108,7 @@ class MPerClassBatchSampler(EpochBatchSampler):
             raise ValueError(f"labels must be integers, got dtype {lab.dtype}")
         lab = lab.long()
         for name, value in (("batch_size", batch_size), ("m", m)):
-            if not is_int(value) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_int(name, value, 1)
         if batch_size % m:
             raise ValueError(
                 f"batch_size={batch_size} is not a multiple of m={m}; each batch holds batch_size/m classes "
