@@ -19,6 +19,15 @@ QUICK = [*TINY_OVERRIDES, "eval.clustering=false", "train.max_steps=4", "train.v
 RANDOM = SearchSettings(sampler="random", seed=3)
 
 
+def _study_trials(out):
+    import optuna
+
+    from dmlkit.tune.storage import open_storage
+
+    study = optuna.load_study(study_name=out.resolve().name, storage=open_storage(out))
+    return [{"params": t.params} for t in sorted(study.get_trials(), key=lambda t: t.number)]
+
+
 def _params(result):
     return [t.params for t in sorted(result.study.trials, key=lambda t: t.number)]
 
@@ -114,6 +123,21 @@ def test_a_rule_between_two_tuned_keys_is_left_to_the_trials():
         )
 
 
+def test_each_worker_and_each_continuation_draws_its_own_stream():
+    from dmlkit.tune.study_setup import worker_seed
+
+    assert worker_seed(0, 1) == worker_seed(0, 1)  # a fresh study run by one worker reproduces
+    seeds = {
+        worker_seed(0, 1, 0),
+        worker_seed(0, 1, 1),
+        worker_seed(0, 3, 0),
+        worker_seed(1, 1, 0),
+        worker_seed(0, 1, 0, "host-a"),
+        worker_seed(0, 1, 0, "host-b"),
+    }
+    assert len(seeds) == 6
+
+
 def test_config_value_reads_defaults_of_components():
     cfg = check_space(CONFIG, [], space_for("multi_similarity"))
     assert config_value(cfg, "loss.params.alpha") == 2.0  # the registry's default: quickstart sets no alpha
@@ -194,6 +218,8 @@ def test_running_again_continues_the_study(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in out.glob("trials/*/summary.json") if p in stamps} == stamps
     assert len(list(out.glob("trials/*/summary.json"))) == 3
     assert "best: trial" in capsys.readouterr().out
+    params = [tuple(t["params"].items()) for t in _study_trials(out)]
+    assert len(set(params)) == 3  # the continued study draws from a stream of its own, not trial 1's again
     assert main([*args, "--trials", "3"]) == 0  # nothing left to do: no fourth trial
     assert len(list(out.glob("trials/*"))) == 3
     (out / "trials.md").unlink()

@@ -20,7 +20,16 @@ import yaml
 from dmlkit.tune.space import SearchSpace
 from dmlkit.tune.trial_runs import TrialPlan
 
-__all__ = ["PRUNERS", "SAMPLERS", "SearchSettings", "StudyDefinition", "make_pruner", "make_sampler", "open_study"]
+__all__ = [
+    "PRUNERS",
+    "SAMPLERS",
+    "SearchSettings",
+    "StudyDefinition",
+    "make_pruner",
+    "make_sampler",
+    "open_study",
+    "worker_seed",
+]
 
 SAMPLERS = ("tpe", "gp", "random")
 PRUNERS = ("none", "median", "halving", "hyperband")
@@ -122,21 +131,32 @@ def check_folder(study_dir: Path, definition: StudyDefinition, study_name: str, 
     path.write_text(yaml.safe_dump(record, sort_keys=False))
 
 
-def make_sampler(settings: SearchSettings) -> Any:
+def worker_seed(seed: int, trials_at_start: int, worker: int = 0, host: str = "") -> int:
+    """The sampler seed of one worker: the study's seed mixed with how many trials the study held when the worker
+    started, the worker's index and (for a database shared by machines) its host. A fresh study run by one worker
+    thus proposes the same trials every time, while parallel workers, and a worker continuing a study, draw
+    their random trials from streams of their own instead of proposing the same points again."""
+    text = f"{seed}:{trials_at_start}:{worker}:{host}"
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def make_sampler(settings: SearchSettings, seed: int | None = None) -> Any:
     """Seeded multivariate TPE (the default), Optuna's GP sampler (the analogue of Reality Check's Ax GP-EI),
-    or random search; ``constant_liar`` keeps parallel workers from proposing the same point."""
+    or random search; ``constant_liar`` keeps parallel workers from proposing the same point while their trials
+    run. ``seed``: this worker's (``worker_seed``); default the study's."""
     import optuna
 
+    seed = settings.seed if seed is None else seed
     if settings.sampler == "tpe":
         return optuna.samplers.TPESampler(
-            seed=settings.seed, multivariate=True, constant_liar=True, n_startup_trials=settings.startup_trials
+            seed=seed, multivariate=True, constant_liar=True, n_startup_trials=settings.startup_trials
         )
     if settings.sampler == "gp":
         try:
-            return optuna.samplers.GPSampler(seed=settings.seed, n_startup_trials=settings.startup_trials)
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.startup_trials)
         except ImportError as err:
             raise ValueError(f"--sampler gp needs scipy ({err}); pip install scipy, or use --sampler tpe") from err
-    return optuna.samplers.RandomSampler(seed=settings.seed)
+    return optuna.samplers.RandomSampler(seed=seed)
 
 
 def make_pruner(settings: SearchSettings, val_every: int, budget: int) -> Any:

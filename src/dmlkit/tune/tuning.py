@@ -72,7 +72,7 @@ def _spawn_workers(job: WorkerJob, jobs: int, quiet: bool) -> int:
     enqueues its trial again, then this process waits for them.
     """
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=worker_entry, args=(job, quiet), daemon=False) for _ in range(jobs)]
+    processes = [context.Process(target=worker_entry, args=(job, quiet, k), daemon=False) for k in range(jobs)]
     received = {"signal": 0}
 
     def forward(signum: int, frame: Any) -> None:

@@ -10,13 +10,14 @@ heartbeat does it.
 
 from __future__ import annotations
 
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dmlkit.tune.space import SearchSpace
-from dmlkit.tune.study_setup import SearchSettings, StudyDefinition, make_pruner, make_sampler
+from dmlkit.tune.study_setup import SearchSettings, StudyDefinition, make_pruner, make_sampler, worker_seed
 from dmlkit.tune.trial_runs import run_trial
 
 __all__ = ["TrialFailed", "WorkerJob", "counted_trials", "run_worker"]
@@ -173,8 +174,9 @@ def _quiet_optuna() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def run_worker(job: WorkerJob, say: Any = None) -> int:
-    """Run trials until the study counts ``job.trials`` of them; returns how many this worker ran."""
+def run_worker(job: WorkerJob, say: Any = None, worker: int = 0) -> int:
+    """Run trials until the study counts ``job.trials`` of them; returns how many this worker ran. ``worker``:
+    its index among the command's workers (its sampler's stream, ``worker_seed``)."""
     import optuna
     import torch
 
@@ -190,10 +192,12 @@ def run_worker(job: WorkerJob, say: Any = None) -> int:
     cfg = load_config(job.definition.plan.config_path, list(job.definition.plan.overrides))
     budget = cfg.train.max_steps * len(job.definition.plan.fold_indices())
     storage = open_storage(study_dir, job.storage_url, job.settings.heartbeat, job.settings.grace)
+    held = len(optuna.load_study(study_name=job.study_name, storage=storage).get_trials(deepcopy=False))
+    host = socket.gethostname() if is_shared(job.storage_url) else ""
     study = optuna.load_study(
         study_name=job.study_name,
         storage=storage,
-        sampler=make_sampler(job.settings),
+        sampler=make_sampler(job.settings, worker_seed(job.settings.seed, held, worker, host)),
         pruner=make_pruner(job.settings, cfg.train.val_every, budget),
     )
     ran = 0
@@ -234,12 +238,12 @@ def _report_last(study: Any, worker_id: str, say: Any) -> None:
     say(f"trial {trial.number}: {trial.state.name.lower()}{value}{reason}")
 
 
-def worker_entry(job: WorkerJob, quiet: bool) -> int:
+def worker_entry(job: WorkerJob, quiet: bool, worker: int = 0) -> int:
     """The target of a spawned worker process."""
     from dmlkit.engine.signals import TrainingInterrupted
 
     say = None if quiet else (lambda line: print(f"dmlkit tune: {line}", file=sys.stderr, flush=True))
     try:
-        return run_worker(job, say)
+        return run_worker(job, say, worker)
     except TrainingInterrupted as stop:  # its trial's last.pt is written and the trial enqueued again
         sys.exit(stop.exit_code)
