@@ -375,3 +375,43 @@ def test_then_test_tests_the_fold_models_and_retrains_best_on_seeds(tmp_path, ca
     mean, half = interval95(values)
     assert half == pytest.approx(12.706 * statistics.stdev(values) / math.sqrt(2))
     assert f"[{mean - half:.2f}, {mean + half:.2f}]" in text.splitlines()[-1]
+
+
+def test_a_study_written_before_a_config_key_was_added_continues(tmp_path):
+    """A key added to dmlkit since a study began (at its default) is no difference: the study folder and the
+    study in its storage are accepted; a changed value still is one."""
+    import optuna
+
+    from dmlkit.config import dump_config, load_config
+    from dmlkit.tune.study_setup import SIGNATURE_ATTR, check_folder, define_study, open_study
+    from dmlkit.tune.trial_runs import TrialPlan
+
+    plan = TrialPlan(CONFIG, tuple(QUICK))
+    space = space_for("multi_similarity")
+    current = define_study(plan, dump_config(load_config(CONFIG, QUICK)), space, "mean_average_precision_at_r")
+    older = yaml.safe_load(current.config_text)
+    del older["eval"]["test"]  # as a study record of a dmlkit without the key
+    record = {**current.record("s", None), "config": older, "signature": "0123456789abcdef"}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(record))
+    check_folder(tmp_path, current, "s", None)
+    changed = define_study(plan, dump_config(load_config(CONFIG, [*QUICK, "train.lr=0.5"])), space, record["metric"])
+    with pytest.raises(ValueError, match="its config differ"):
+        check_folder(tmp_path, changed, "s", None)
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name="s", direction="maximize")
+    study.set_user_attr(SIGNATURE_ATTR, "0123456789abcdef")
+    study.set_user_attr(
+        "definition",
+        json.dumps(
+            {
+                "config_text": yaml.safe_dump(older),
+                "space": current.space,
+                "protocol": "holdout",
+                "folds": 4,
+                "metric": record["metric"],
+            }
+        ),
+    )
+    open_study(storage, "s", current, optuna.samplers.RandomSampler(), optuna.pruners.NopPruner())
+    with pytest.raises(ValueError, match="of another search"):
+        open_study(storage, "s", changed, optuna.samplers.RandomSampler(), optuna.pruners.NopPruner())

@@ -73,6 +73,10 @@ class StudyDefinition:
     metric: str
     plan: TrialPlan = field(compare=False)
 
+    def plan_config(self) -> Any:
+        """The resolved config as an ``ExperimentConfig``."""
+        return _stored_config(yaml.safe_load(self.config_text) or {})
+
     def signature(self) -> str:
         text = json.dumps(
             {
@@ -105,8 +109,38 @@ def define_study(plan: TrialPlan, config_text: str, space: SearchSpace, metric: 
     return StudyDefinition(config_text, space.to_mapping(), plan.protocol, plan.folds, metric, plan)
 
 
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    return [key for key in ("config", "space", "protocol", "folds", "metric") if old.get(key) != new.get(key)]
+def _stored_config(values: dict[str, Any]) -> Any:
+    """A study record's config, read as a stored record (keys added to dmlkit since take their defaults)."""
+    import tempfile
+
+    from dmlkit.config import load_config
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        fh.write(yaml.safe_dump(values, sort_keys=False))
+    try:
+        return load_config(fh.name, stored=True)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+
+
+def _differences(old: dict[str, Any], new: StudyDefinition) -> list[str]:
+    """What differs between a stored study's search and ``new``: its config (compared as ``config_differences``
+    does, so a config key added to dmlkit since, at its default, is no difference), space, protocol, folds or
+    metric."""
+    from dmlkit.config import config_differences
+
+    differing = [
+        key
+        for key, value in (("space", new.space), ("protocol", new.protocol), ("metric", new.metric))
+        if old.get(key) != value
+    ]
+    if new.protocol == "fair" and old.get("folds") != new.folds:
+        differing.append("folds")
+    try:
+        changed = config_differences(_stored_config(old.get("config") or {}), new.plan_config())
+    except ValueError:  # a record no longer readable as a config
+        changed = ["config"]
+    return (["config"] if changed else []) + differing
 
 
 def check_folder(study_dir: Path, definition: StudyDefinition, study_name: str, storage: str | None) -> None:
@@ -115,8 +149,8 @@ def check_folder(study_dir: Path, definition: StudyDefinition, study_name: str, 
     record = definition.record(study_name, storage)
     if path.is_file():
         old = yaml.safe_load(path.read_text()) or {}
-        if old.get("signature") != record["signature"]:
-            differing = _differences(old, record) or ["signature"]
+        differing = [] if old.get("signature") == record["signature"] else _differences(old, definition)
+        if differing:
             raise ValueError(
                 f"'{study_dir}' holds a study of another search (its {', '.join(differing)} differ); continue it with "
                 f"its own config and space (recorded in {path}), or give a new --out folder for a new study"
@@ -185,6 +219,11 @@ def open_study(storage: Any, study_name: str, definition: StudyDefinition, sampl
         load_if_exists=True,
     )
     stored = study.user_attrs.get(SIGNATURE_ATTR)
+    if stored is not None and stored != definition.signature():
+        recorded = json.loads(study.user_attrs.get("definition", "{}"))
+        old = {**recorded, "config": yaml.safe_load(recorded.get("config_text", "")) or {}}
+        if not _differences(old, definition):
+            stored = definition.signature()  # the same search, written by an older dmlkit
     if stored is None:
         study.set_user_attr(SIGNATURE_ATTR, definition.signature())
         study.set_user_attr(
