@@ -11,7 +11,7 @@ STAMP := $(VENV)/.dmlkit-installed
 VENV_TIMM := .venv-timm
 PY_TIMM := $(VENV_TIMM)/bin/python
 STAMP_TIMM := $(VENV_TIMM)/.dmlkit-installed
-LINT_PATHS := src tests benchmarks configs/paper/make_configs.py
+LINT_PATHS := .
 
 .PHONY: run test test-timm lint venv venv-timm clean
 
