@@ -412,6 +412,6 @@ def test_a_study_written_before_a_config_key_was_added_continues(tmp_path):
             }
         ),
     )
-    open_study(storage, "s", current, optuna.samplers.RandomSampler(), optuna.pruners.NopPruner())
+    open_study(storage, "s", current)
     with pytest.raises(ValueError, match="of another search"):
-        open_study(storage, "s", changed, optuna.samplers.RandomSampler(), optuna.pruners.NopPruner())
+        open_study(storage, "s", changed)

@@ -8,15 +8,10 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-import yaml
+
+from dmlkit.tune.study_setup import is_study_folder, read_record
 
 __all__ = ["is_study_folder", "study_section"]
-
-STUDY_FILE = "study.yaml"
-
-
-def is_study_folder(path: str | Path) -> bool:
-    return (Path(path) / STUDY_FILE).is_file()
 
 
 def _rows(path: Path) -> tuple[list[str], list[list[str]]]:
@@ -37,7 +32,7 @@ def study_section(
     folder: Path, escape: Callable[[object], str], table: Callable[..., str], figure: Callable[[bytes, str], str]
 ) -> str:
     """HTML of one study folder (the report's own helpers escape text and draw tables and figures)."""
-    record = yaml.safe_load((folder / STUDY_FILE).read_text()) or {}
+    record = read_record(folder)
     best = json.loads((folder / "best.json").read_text()) if (folder / "best.json").is_file() else None
     parts = [
         f"<h2>Study {escape(record.get('study_name', folder.name))}</h2>",

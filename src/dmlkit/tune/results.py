@@ -16,7 +16,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from dmlkit.tune.space import overrides_of
 
@@ -154,7 +153,3 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
     )
     (study_dir / "best.yaml").write_text(header + _best_config(record, best.params))
     return summary
-
-
-def read_record(study_dir: Path) -> dict[str, Any]:
-    return yaml.safe_load((study_dir / "study.yaml").read_text())

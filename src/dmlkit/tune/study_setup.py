@@ -143,6 +143,17 @@ def _differences(old: dict[str, Any], new: StudyDefinition) -> list[str]:
     return (["config"] if changed else []) + differing
 
 
+def is_study_folder(path: str | Path) -> bool:
+    return (Path(path) / STUDY_FILE).is_file()
+
+
+def read_record(study_dir: str | Path) -> dict[str, Any]:
+    """A study folder's ``study.yaml``; a folder without one is an error that says so."""
+    if not is_study_folder(study_dir):
+        raise ValueError(f"'{study_dir}' is not a study folder of dmlkit tune (it has no {STUDY_FILE})")
+    return yaml.safe_load((Path(study_dir) / STUDY_FILE).read_text()) or {}
+
+
 def check_folder(study_dir: Path, definition: StudyDefinition, study_name: str, storage: str | None) -> None:
     """Refuse a folder holding another study; write ``study.yaml`` for a new one."""
     path = study_dir / STUDY_FILE
@@ -206,18 +217,12 @@ def make_pruner(settings: SearchSettings, val_every: int, budget: int) -> Any:
     return optuna.pruners.NopPruner()
 
 
-def open_study(storage: Any, study_name: str, definition: StudyDefinition, sampler: Any, pruner: Any) -> Any:
-    """Create the study, or load it, refusing one of another search under the same name."""
+def open_study(storage: Any, study_name: str, definition: StudyDefinition) -> Any:
+    """Create the study, or load it, refusing one of another search under the same name. The returned object
+    records (the start trial, the results); the workers load the study with their own sampler and pruner."""
     import optuna
 
-    study = optuna.create_study(
-        storage=storage,
-        study_name=study_name,
-        direction="maximize",
-        sampler=sampler,
-        pruner=pruner,
-        load_if_exists=True,
-    )
+    study = optuna.create_study(storage=storage, study_name=study_name, direction="maximize", load_if_exists=True)
     stored = study.user_attrs.get(SIGNATURE_ATTR)
     if stored is not None and stored != definition.signature():
         recorded = json.loads(study.user_attrs.get("definition", "{}"))

@@ -64,8 +64,9 @@ def interval95(values: Sequence[float]) -> tuple[float, float]:
 def _fold_rows(study_dir: Path, best: dict[str, Any], record: dict[str, Any]) -> list[str]:
     from dmlkit.config import load_config
     from dmlkit.protocols.fair import test_fold_models
+    from dmlkit.tune.trial_runs import trial_folder
 
-    trial_dir = study_dir / "trials" / f"{best['run']:04d}"
+    trial_dir = study_dir / trial_folder(best["run"])
     run_dirs = sorted(trial_dir.glob("fold*"), key=lambda p: int(p.name.removeprefix("fold")))
     cfg = load_config(run_dirs[0] / "config.yaml", stored=True)
     separated, concatenated = test_fold_models(

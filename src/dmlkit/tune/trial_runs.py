@@ -31,6 +31,11 @@ TRIAL_OVERRIDES = ["eval.test=false", "plots=false"]
 PRUNED_FILE = "pruned.json"
 
 
+def trial_folder(number: int) -> Path:
+    """A trial's run folder relative to its study folder (a retry's is its original trial's)."""
+    return Path("trials") / f"{number:04d}"
+
+
 def fold_overrides(folds: int, fold: int) -> list[str]:
     """The overrides of fold ``fold``'s run: the fair protocol's folds (``dmlkit.protocols.fair``)."""
     return [f"data.folds={folds}", f"data.fold={fold}", "data.val_split=null"]

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from dmlkit.tune.catalog import default_space, space_for
 from dmlkit.tune.checks import check_space, check_validation_classes, config_value
 from dmlkit.tune.space import SearchSpace
-from dmlkit.tune.study_setup import SearchSettings, check_folder, define_study, make_pruner, make_sampler, open_study
+from dmlkit.tune.study_setup import SearchSettings, check_folder, define_study, open_study, read_record
 from dmlkit.tune.trial_runs import TrialPlan
 from dmlkit.tune.workers import WorkerJob, run_worker, worker_entry
 
@@ -164,13 +164,7 @@ def tune(
 
     ensure_pretrained_for(cfg, quiet=quiet)  # once, before parallel workers would each build it
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(
-        open_storage(study_dir, storage, settings.heartbeat, settings.grace),
-        name,
-        definition,
-        make_sampler(settings),
-        make_pruner(settings, cfg.train.val_every, cfg.train.max_steps * len(plan.fold_indices())),
-    )
+    study = open_study(open_storage(study_dir, storage, settings.heartbeat, settings.grace), name, definition)
     _enqueue_start(study, cfg, resolved)
     job = WorkerJob(
         str(study_dir), name, storage, definition, resolved, settings, trials, threads=_threads(jobs) if jobs > 1 else 0
@@ -201,15 +195,12 @@ def study_status(study_dir: str | Path, storage: str | None = None) -> StudyResu
     """The results of a study as it stands (trials table, best values, figures), written without running a trial;
     ``storage``: the PostgreSQL URL of a shared study (its password is not kept in the folder)."""
     import optuna
-    import yaml
 
     from dmlkit.tune.results import write_results
     from dmlkit.tune.storage import open_storage
 
     folder = Path(study_dir)
-    if not (folder / "study.yaml").is_file():
-        raise ValueError(f"'{folder}' is not a study folder of dmlkit tune (it has no study.yaml)")
-    record = yaml.safe_load((folder / "study.yaml").read_text())
+    record = read_record(folder)
     if record.get("storage") != "journal.log" and storage is None:
         raise ValueError(f"the study in '{folder}' lives in a database; give its URL with --storage")
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -18,7 +18,7 @@ from typing import Any
 
 from dmlkit.tune.space import SearchSpace
 from dmlkit.tune.study_setup import SearchSettings, StudyDefinition, make_pruner, make_sampler, worker_seed
-from dmlkit.tune.trial_runs import run_trial
+from dmlkit.tune.trial_runs import run_trial, trial_folder
 
 __all__ = ["TrialFailed", "WorkerJob", "counted_trials", "run_worker"]
 
@@ -103,8 +103,8 @@ class _Objective:
             raise TrialFailed(f"the study already has its {self.job.trials} trials")
         values = self.job.space.suggest(trial)
         number = origin_number(frozen)
-        trial_dir = Path(self.job.study_dir) / "trials" / f"{number:04d}"
-        trial.set_user_attr("run_dir", str(Path("trials") / f"{number:04d}"))
+        trial_dir = Path(self.job.study_dir) / trial_folder(number)
+        trial.set_user_attr("run_dir", str(trial_folder(number)))
         name = f"{yaml_name(self.job.definition)}-trial{number:04d}"
         try:
             score = run_trial(self.job.definition.plan, values, trial_dir, name, trial)
@@ -192,14 +192,11 @@ def run_worker(job: WorkerJob, say: Any = None, worker: int = 0) -> int:
     cfg = load_config(job.definition.plan.config_path, list(job.definition.plan.overrides))
     budget = cfg.train.max_steps * len(job.definition.plan.fold_indices())
     storage = open_storage(study_dir, job.storage_url, job.settings.heartbeat, job.settings.grace)
-    held = len(optuna.load_study(study_name=job.study_name, storage=storage).get_trials(deepcopy=False))
+    pruner = make_pruner(job.settings, cfg.train.val_every, budget)
+    study = optuna.load_study(study_name=job.study_name, storage=storage, pruner=pruner)
+    held = len(study.get_trials(deepcopy=False))
     host = socket.gethostname() if is_shared(job.storage_url) else ""
-    study = optuna.load_study(
-        study_name=job.study_name,
-        storage=storage,
-        sampler=make_sampler(job.settings, worker_seed(job.settings.seed, held, worker, host)),
-        pruner=make_pruner(job.settings, cfg.train.val_every, budget),
-    )
+    study.sampler = make_sampler(job.settings, worker_seed(job.settings.seed, held, worker, host))
     ran = 0
     with WorkerLock(study_dir) as lock:
         objective = _Objective(job, study, lock.id)
