@@ -1,14 +1,17 @@
 """dmlkit tune: spaces as data, the checks before any trial, seeded reproducibility, the config's values as
 trial 0, continuing a study, the fair protocol's objective, failed trials and refused study folders."""
 
+import dataclasses
 import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
 
 from dmlkit.cli import main
+from dmlkit.config import load_config
 from dmlkit.tune import SearchSettings, SearchSpace, list_spaces, space_for, tune
 from dmlkit.tune.checks import check_space, config_value
 from dmlkit.tune.space import overrides_of
@@ -194,6 +197,14 @@ def test_seeded_study_reproduces_its_trials_and_starts_from_the_config(tmp_path)
             node = node[part]
         assert node == value
     assert tuned["eval"]["test"] is True and tuned["plots"] is True
+    # best_values.yaml, put last in a base: list, turns the searched config into best.yaml
+    layered = tmp_path / "layered.yaml"
+    layered.write_text(
+        yaml.safe_dump({"base": [str(Path(CONFIG).resolve()), str(tmp_path / "a" / "best_values.yaml")]})
+    )
+    best_config = load_config(tmp_path / "a" / "best.yaml")
+    assert load_config(layered, QUICK) == dataclasses.replace(best_config, name=load_config(CONFIG).name)
+    assert load_config(layered, QUICK) != load_config(CONFIG, QUICK)
     rows = (tmp_path / "a" / "trials.md").read_text().splitlines()
     assert len(rows) == 2 + 3 and "complete" in rows[2]
     assert (tmp_path / "a" / "best_so_far.png").stat().st_size > 0

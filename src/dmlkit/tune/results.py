@@ -3,6 +3,8 @@
 - ``trials.md`` / ``trials.csv``: one row per counted trial: its values, the objective (in % for the table),
   its standard error over folds, steps, best step, state, training time and, for a failed trial, why.
 - ``best.yaml``: the config with the best trial's values, ready for ``dmlkit train`` or ``dmlkit protocol``;
+  ``best_values.yaml``: the tuned keys alone, a layer to put last in another config's ``base:`` list (a method
+  added to the tuned baseline, another regime);
   ``best.json``: the best trial's number, value, standard error and values.
 - ``best_so_far.png``: every trial's value and the best so far against the trial number;
   ``importances.png``: Optuna's fANOVA importance of each key (with two or more finished trials); both with the
@@ -16,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
 
 from dmlkit.tune.space import overrides_of
 
@@ -82,6 +85,14 @@ def _best_config(record: dict[str, Any], best_params: dict[str, Any]) -> str:
         [*record["overrides"], *overrides_of(best_params), f"name={record['config'].get('name', 'experiment')}-tuned"],
     )
     return dump_config(cfg)
+
+
+def _values_layer(params: dict[str, Any]) -> str:
+    """The tuned keys alone, nested as in a config file: ``base: [method.yaml, STUDY/best_values.yaml]`` trains
+    ``method.yaml`` at the study's values (``base:`` merges key by key, so nothing else of it changes)."""
+    from dmlkit.config import apply_overrides
+
+    return yaml.safe_dump(apply_overrides({}, overrides_of(params)), sort_keys=False)
 
 
 def _can_plot() -> bool:
@@ -152,4 +163,6 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
         f"# values: {json.dumps(best.params)}\n"
     )
     (study_dir / "best.yaml").write_text(header + _best_config(record, best.params))
+    layer_header = header + "# the tuned keys alone: put this file last in another config's base: list\n"
+    (study_dir / "best_values.yaml").write_text(layer_header + _values_layer(best.params))
     return summary
