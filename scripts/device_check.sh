@@ -1,5 +1,5 @@
 #!/bin/bash
-# The device check (issue 30): run it first on a lent GPU machine; its table goes into docs/device.md with the
+# The device check: run it first on a lent GPU machine; its table goes into docs/device.md with the
 # card's name. At most BUDGET seconds (default 480) for all sections; writes device_check.md / .json to $OUT.
 # Prepare here (once): the wheels the machine's Python lacks, and the rendered glyphs:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -1,8 +1,8 @@
 #!/bin/bash
-# The font testbed's tables (issue 32): each group's configs x SEEDS (default 0-4) x pretrained BACKBONES (default
+# The font testbed's tables: each group's configs x SEEDS (default 0-4) x pretrained BACKBONES (default
 # the brief glyph recipe and its pretraining seed 1), paired within a backbone against the baseline whose name is
 # the longest prefix of the run's (or the one a RUN=BASELINE entry names), pooled over the backbones (the
-# replication rules of issue 29).
+# replication rules of docs/results/font_testbed.md).
 #   bash scripts/install_system_packages.sh        # once: the font packages font_glyphs renders
 #   bash scripts/font_testbed_tables.sh [GROUP...]  # groups, in this order by default: ms sft gsp ccp reference longtail
 # Runs go to $OUT (default runs/font_testbed)/all/<backbone>/<config>-seed<s>/, shared by the groups (the baseline

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The font testbed's main rows (issue 32) on one lent GPU machine: 5 paired seeds x two brief backbones of
+# The font testbed's main rows on one lent GPU machine: 5 paired seeds x two brief backbones of
 # multi-similarity, contrastive C2, SFT, GSP, CCP and the triplet / N-pair / ProxyAnchor rows (configs/font_testbed), tabulated like
 # scripts/font_testbed_tables.sh does on the CPU. The machine has no network, so the font packages travel as .debs.
 # Prepare here (once), in the repository root:

@@ -1,12 +1,12 @@
 #!/bin/bash
-# Every table of the testbed (issue 17's reference table, the SFT, CCP and GSP tables of issues 18-20) on one
+# Every table of the testbed (the reference table, the SFT, CCP and GSP tables) on one
 # lent GPU machine in at most 10 minutes: 5 paired seeds of every configs/testbed/*.yaml, main rows first.
 # Prepare here (once): the wheels as in scripts/gpu_protocol_batch.sh, and the rendered glyphs with the
 # pretrained backbone:  mkdir -p .cache && cp -r ~/.cache/dmlkit .cache/
 # Run (device tool): command "OUT_DIR=$OUT bash scripts/gpu_testbed_tables.sh", carry [".whl", ".cache/dmlkit"],
 # timeout_s 590. Training stops at TRAIN_SECONDS (default 480); whatever finished is tabulated into
 # $OUT/results.md (paired differences against each row's baseline: the longest config-name prefix), on each
-# pretrained backbone of BACKBONES (default: three pretraining seeds) and pooled over them (issue 29). Carry
+# pretrained backbone of BACKBONES (default: three pretraining seeds) and pooled over them. Carry
 # .cache/dmlkit/pretrained holding the three backbones (dmlkit pretrain glyphs-resnet20@seedN) or the machine
 # builds them first, inside the budget.
 set -u

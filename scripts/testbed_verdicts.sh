@@ -1,5 +1,5 @@
 #!/bin/bash
-# The testbed's verdicts over pretrained backbones x seeds (issue 29): each comparison that the docs call
+# The testbed's verdicts over pretrained backbones x seeds: each comparison that the docs call
 # "ahead", "behind" or a resolved effect, re-measured on every backbone of BACKBONES (default: the recipe's
 # seed and two more pretraining seeds) x SEEDS (default 0-4), paired within a backbone, pooled over them.
 #   bash scripts/testbed_verdicts.sh [GROUP...]      (groups, in this order by default: ccp_ms ccp_triplet
