@@ -11,9 +11,11 @@
 # One run: about 6 minutes on one idle core of this project's 2-core machine (docs/results/font_testbed.md).
 set -eu
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/font_testbed}
+# CONFIG_DIR=configs/font_testbed/tuned: the same groups (ms sft gsp ccp) with each loss at its dmlkit tune values
+# (the rows' files there carry the searched keys last in their base: lists; same names, so the same pairs).
+T=${CONFIG_DIR:-configs/font_testbed}
+case ${T%/} in */tuned) OUT=${OUT:-runs/font_testbed_tuned} ;; *) OUT=${OUT:-runs/font_testbed} ;; esac
 BACKBONES=${BACKBONES:-"glyphs-resnet20-brief glyphs-resnet20-brief@seed1"}
-T=configs/font_testbed
 
 source scripts/protocol_table.sh  # table FOLDER LABEL "BASELINES" CONFIG...; DMLKIT, SEEDS, JOBS defaults
 

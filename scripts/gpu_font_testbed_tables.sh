@@ -29,7 +29,7 @@ cd "$(dirname "$0")/.."
 if [ "${INSTALL_DEBS:-1}" = 1 ]; then  # INSTALL_DEBS=0 and BATCH=stub: tests/test_table_scripts.py
   dpkg -i --force-depends .debs/*.deb > /dev/null || { echo "gpu_font_testbed_tables: installing .debs failed" >&2; exit 1; }
 fi
-T=configs/font_testbed
+T=${CONFIG_DIR:-configs/font_testbed}  # configs/font_testbed/tuned: the rows at their losses' dmlkit tune values
 # Main rows first (what finishes inside TRAIN_SECONDS is tabulated): the runs go backbone by backbone, row by row.
 ROWS=${ROWS:-"font_testbed font_testbed_contrastive_c2 font_testbed_gsp font_testbed_sft font_testbed_triplet \
 font_testbed_triplet_sft font_testbed_npair font_testbed_npair_sft_joint font_testbed_contrastive_c2_gsp \

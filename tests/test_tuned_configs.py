@@ -1,0 +1,65 @@
+"""The font testbed's tuned rows (``configs/font_testbed/tuned``): each is its untuned row with only the keys of
+its loss's layer changed, and each layer holds the best values of the study it names under
+``docs/results/studies`` (a typo in a copied value, or a layer that also moved another key, fails here)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dmlkit.config import config_differences, load_config, to_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+TUNED = ROOT / "configs" / "font_testbed" / "tuned"
+ROWS = sorted(p.name for p in TUNED.glob("font_testbed*.yaml"))
+LAYERS = sorted(p.name for p in TUNED.glob("_*.yaml"))
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _bases(row: str) -> list[str]:
+    return yaml.safe_load((TUNED / row).read_text())["base"]
+
+
+def test_every_layer_has_rows_and_every_row_a_layer():
+    assert LAYERS and ROWS
+    used = {base for row in ROWS for base in _bases(row) if base.startswith("_")}
+    assert used == set(LAYERS)
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
+    bases = _bases(row)
+    parent = (TUNED / bases[0]).resolve()
+    assert parent == (TUNED.parent / row).resolve(), "a tuned row extends the untuned row of the same name"
+    tuned, untuned = load_config(TUNED / row), load_config(parent)
+    assert tuned.name == untuned.name  # the same name, so the tables pair the rows as the untuned ones
+    layer_keys = {k for base in bases[1:] for k in _flat(yaml.safe_load((TUNED / base).read_text()))}
+    changed = set(config_differences(untuned, tuned))
+    assert changed and changed <= layer_keys
+    values = _flat(to_dict(tuned))
+    for base in bases[1:]:
+        for key, value in _flat(yaml.safe_load((TUNED / base).read_text())).items():
+            assert values[key] == value
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_a_layer_holds_the_best_values_of_its_study(layer):
+    text = (TUNED / layer).read_text()
+    study = re.search(r"docs/results/studies/([\w-]+)", text)
+    assert study, f"{layer} names its study folder"
+    best = json.loads((ROOT / "docs" / "results" / "studies" / study.group(1) / "best.json").read_text())
+    assert _flat(yaml.safe_load(text)) == best["params"]
+    assert f"trial {best['trial']}," in text and f"{100 * best['value']:.2f}" in text
