@@ -1,5 +1,5 @@
 """The font testbed's tuned rows (``configs/font_testbed/tuned``): each is its untuned row with only the keys of
-its loss's layer changed, and each layer holds the best values of the study it names under
+its loss's layer changed (a loss with nothing to search: unchanged), and each layer holds the best values of the study it names under
 ``docs/results/studies`` (a typo in a copied value, or a layer that also moved another key, fails here)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from dmlkit.config import config_differences, load_config, to_dict
+from dmlkit.tune.catalog import default_space
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNED = ROOT / "configs" / "font_testbed" / "tuned"
@@ -46,6 +47,11 @@ def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
     assert parent == (TUNED.parent / row).resolve(), "a tuned row extends the untuned row of the same name"
     tuned, untuned = load_config(TUNED / row), load_config(parent)
     assert tuned.name == untuned.name  # the same name, so the tables pair the rows as the untuned ones
+    if len(bases) == 1:  # a loss with nothing to search runs as it is, so its group runs whole
+        with pytest.raises(ValueError, match="no shipped search space"):
+            default_space(tuned.loss.name)
+        assert config_differences(untuned, tuned) == []
+        return
     layer_keys = {k for base in bases[1:] for k in _flat(yaml.safe_load((TUNED / base).read_text()))}
     changed = set(config_differences(untuned, tuned))
     assert changed and changed <= layer_keys
