@@ -24,13 +24,13 @@ while [ $# -gt 0 ]; do [ "$1" = --out ] && { mkdir -p "$2"; touch "$2/results.md
 """
 
 
-def _calls(script: str, tmp_path: Path) -> list[list[str]]:
+def _calls(script: str, tmp_path: Path, groups: tuple[str, ...] = (), **extra_env: str) -> list[list[str]]:
     stub = tmp_path / "dmlkit"
     stub.write_text(STUB)
     stub.chmod(0o755)
     calls = tmp_path / "calls.txt"
-    env = {**os.environ, "DMLKIT": str(stub), "CALLS": str(calls), "OUT": str(tmp_path / "out")}
-    done = subprocess.run(["bash", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "DMLKIT": str(stub), "CALLS": str(calls), "OUT": str(tmp_path / "out"), **extra_env}
+    done = subprocess.run(["bash", script, *groups], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return [shlex.split(line) for line in calls.read_text().splitlines()]
 
@@ -56,6 +56,24 @@ def test_every_table_call_names_existing_configs_and_pairs_every_run(tmp_path, s
     # the pairs a name prefix would get wrong: CCP against its loss validated as CCP is, FastAP Hard against Random
     assert all(base.endswith(("_val", "_val25")) for run, base in paired if "_ccp" in run), paired
     assert any(run.endswith("fastap_hard") and base.endswith("fastap_random") for run, base in paired), paired
+
+
+# the groups whose every loss has its dmlkit tune layer in configs/font_testbed/tuned (docs/results/font_testbed.md)
+TUNED_GROUPS = ("ms",)
+
+
+def test_the_tuned_rows_run_through_the_same_groups_and_pairs(tmp_path):
+    (tmp_path / "untuned").mkdir()
+    untuned = _calls("scripts/font_testbed_tables.sh", tmp_path / "untuned", TUNED_GROUPS)
+    tuned = _calls("scripts/font_testbed_tables.sh", tmp_path, TUNED_GROUPS, CONFIG_DIR="configs/font_testbed/tuned")
+    assert len(tuned) == len(TUNED_GROUPS)
+    for args, plain in zip(tuned, untuned):
+        configs = _option(args, "holdout")
+        assert all(c.startswith("configs/font_testbed/tuned/") and (ROOT / c).is_file() for c in configs), configs
+        assert [Path(c).name for c in configs] == [Path(c).name for c in _option(plain, "holdout")]
+        assert _option(args, "--baseline") == _option(plain, "--baseline")
+        names = [load_config(ROOT / c).name for c in configs]
+        _check_every_run_is_paired_or_a_baseline(names, _option(args, "--baseline"))
 
 
 def _check_every_run_is_paired_or_a_baseline(names: list[str], baselines: list[str]) -> dict[str, str]:
