@@ -54,7 +54,7 @@ def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
         return
     layer_keys = {k for base in bases[1:] for k in _flat(yaml.safe_load((TUNED / base).read_text()))}
     changed = set(config_differences(untuned, tuned))
-    assert changed and changed <= layer_keys
+    assert changed <= layer_keys  # empty where the search kept the borrowed values
     values = _flat(to_dict(tuned))
     for base in bases[1:]:
         for key, value in _flat(yaml.safe_load((TUNED / base).read_text())).items():
