@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import optuna
 
@@ -92,28 +93,72 @@ def test_killed_worker_on_postgresql_is_retried_by_another(tmp_path, postgres_da
     _check_retried_once(out, postgres_database)
 
 
+def _children(pid: int) -> dict[int, str]:
+    """The child processes of ``pid`` and their states (``T``: stopped), read from /proc."""
+    children = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended while /proc was read
+            continue
+        if int(fields[1]) == pid:
+            children[int(stat.parent.name)] = fields[0]
+    return children
+
+
+def _has_pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` waits, undelivered, for process ``pid`` (its SigPnd / ShdPnd masks in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    masks = [int(line.split()[1], 16) for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return any(mask >> (signum - 1) & 1 for mask in masks)
+
+
+def _wait_for(condition, what: str, seconds: float = 240) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
 def test_sigterm_stops_parallel_workers_and_the_next_run_resumes_their_trials(tmp_path):
     """The GPU script's deadline: SIGTERM to `dmlkit tune --jobs 2` stops both workers after their trials' last.pt;
-    the same command then finishes the study, the interrupted trials resumed, not restarted."""
+    the same command then finishes the study, the interrupted trials resumed, not restarted.
+
+    No race with the clock: each worker stops itself (SIGSTOP) after its step 5, so the SIGTERM reaches two
+    workers that are both mid-trial however slowly either started; they go on once it is pending."""
     import signal
 
     out = tmp_path / "study"
     argv = [sys.executable, "-m", "dmlkit", *_command(out, 2, "--jobs", "2")]
-    argv[argv.index("train.max_steps=6")] = "train.max_steps=400"
-    tuner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    while len(list(out.glob("trials/*/last.pt"))) < 2 and time.monotonic() < deadline and tuner.poll() is None:
-        time.sleep(0.5)
-    tuner.send_signal(signal.SIGTERM)
-    _, err = tuner.communicate(timeout=180)
+    argv[argv.index("train.max_steps=6")] = "train.max_steps=40"
+    env = {**os.environ, "DMLKIT_FAULT": "step:5", "DMLKIT_FAULT_SIGNAL": "STOP"}
+    tuner = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        stopped = lambda: [pid for pid, state in _children(tuner.pid).items() if state == "T"]  # noqa: E731
+        _wait_for(lambda: len(stopped()) == 2 or tuner.poll() is not None, "both workers at step 5")
+        workers = stopped()
+        assert len(workers) == 2, tuner.communicate()[1][-2000:]
+        tuner.send_signal(signal.SIGTERM)
+        _wait_for(lambda: all(_has_pending(pid, signal.SIGTERM) for pid in workers), "the forwarded SIGTERM")
+        for pid in workers:
+            os.kill(pid, signal.SIGCONT)
+        _, err = tuner.communicate(timeout=180)
+    finally:
+        if tuner.poll() is None:  # a failed wait: leave no stopped worker behind
+            for pid in _children(tuner.pid):
+                os.kill(pid, signal.SIGKILL)
+            tuner.kill()
+            tuner.communicate()
     assert tuner.returncode == 128 + signal.SIGTERM, err[-2000:]
     assert "resume from their last.pt" in err
     assert (out / "trials.md").is_file()  # written on the way out
     trials = _trials(out)
     assert sorted(t.state.name for t in trials) == ["FAIL", "FAIL", "WAITING", "WAITING"]
-    assert main(_command(out, 2, "--set", "train.max_steps=400")) == 0
+    assert main(_command(out, 2, "--set", "train.max_steps=40")) == 0
     for run in out.glob("trials/*"):
-        assert json.loads((run / "environment.json").read_text())["resumes"], run
+        resumes = json.loads((run / "environment.json").read_text())["resumes"]
+        assert resumes and resumes[0]["step"] >= 5, run  # from the SIGTERM's last.pt, not step 0
+        assert json.loads((run / "summary.json").read_text())["steps"] > resumes[0]["step"]  # trained on
     assert len(counted_trials(_trials(out))) == 2 and len(list(out.glob("trials/*"))) == 2
 
 
