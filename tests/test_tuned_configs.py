@@ -12,22 +12,13 @@ import pytest
 import yaml
 
 from dmlkit.config import config_differences, load_config, to_dict
+from dmlkit.report.runs import flatten
 from dmlkit.tune.catalog import default_space
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNED = ROOT / "configs" / "font_testbed" / "tuned"
 ROWS = sorted(p.name for p in TUNED.glob("font_testbed*.yaml"))
 LAYERS = sorted(p.name for p in TUNED.glob("_*.yaml"))
-
-
-def _flat(values: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in values.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def _bases(row: str) -> list[str]:
@@ -52,12 +43,12 @@ def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
             default_space(tuned.loss.name)
         assert config_differences(untuned, tuned) == []
         return
-    layer_keys = {k for base in bases[1:] for k in _flat(yaml.safe_load((TUNED / base).read_text()))}
+    layers = [flatten(yaml.safe_load((TUNED / base).read_text())) for base in bases[1:]]
     changed = set(config_differences(untuned, tuned))
-    assert changed <= layer_keys  # empty where the search kept the borrowed values
-    values = _flat(to_dict(tuned))
-    for base in bases[1:]:
-        for key, value in _flat(yaml.safe_load((TUNED / base).read_text())).items():
+    assert changed <= {key for layer in layers for key in layer}  # empty where the search kept the borrowed values
+    values = flatten(to_dict(tuned))
+    for layer in layers:
+        for key, value in layer.items():
             assert values[key] == value
 
 
@@ -67,5 +58,5 @@ def test_a_layer_holds_the_best_values_of_its_study(layer):
     study = re.search(r"docs/results/studies/([\w-]+)", text)
     assert study, f"{layer} names its study folder"
     best = json.loads((ROOT / "docs" / "results" / "studies" / study.group(1) / "best.json").read_text())
-    assert _flat(yaml.safe_load(text)) == best["params"]
+    assert flatten(yaml.safe_load(text)) == best["params"]
     assert f"trial {best['trial']}," in text and f"{100 * best['value']:.2f}" in text
