@@ -59,6 +59,29 @@ def _check_retried_once(out, storage=None):
     assert sorted(p.name for p in (out / "trials").iterdir()) == sorted(f"{origin_number(t):04d}" for t in counted)
 
 
+def test_a_retry_interrupted_again_counts_once_through_its_last_retry():
+    """Trial 0 interrupted, its retry (1) interrupted too, the retry of that (2) completes: one trial of the cap,
+    run in trial 0's folder (Optuna names only the series' first as the retried one; 1 must not count too)."""
+    from optuna.trial import TrialState
+
+    from dmlkit.tune.storage import retry_callback
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study()
+    for value in (None, None, 0.5):  # the series: two interruptions, then a value
+        trial = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+        if value is None:
+            study.tell(trial, state=TrialState.FAIL)
+            retry_callback()(study, study.trials[trial.number])
+        else:
+            study.tell(trial, value)
+    other = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    study.tell(other, 0.25)
+    trials = study.get_trials()
+    assert [t.number for t in counted_trials(trials)] == [2, 3]
+    assert [origin_number(t) for t in trials] == [0, 0, 0, 3]
+
+
 def test_killed_local_worker_is_retried_from_its_last_checkpoint(tmp_path):
     out = tmp_path / "study"
     _killed_at_step_5(_command(out, 3), os.getcwd())

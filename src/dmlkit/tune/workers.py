@@ -44,19 +44,22 @@ class WorkerJob:
     threads: int = 0
 
 
-def _retried_number(trial: Any) -> int | None:
+def _retry_history(trial: Any) -> list[int]:
+    """The failed trials ``trial`` retries, the series' first to its direct predecessor (empty for no retry)."""
     import warnings
 
     from optuna.exceptions import ExperimentalWarning
     from optuna.storages import RetryHeartbeatStaleTrialCallback
 
-    with warnings.catch_warnings():  # stable since Optuna 2.8; still flagged experimental
+    with warnings.catch_warnings():  # stable since Optuna 3.0; still flagged experimental
         warnings.simplefilter("ignore", ExperimentalWarning)
-        return RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
+        return list(RetryHeartbeatStaleTrialCallback.retry_history(trial))
 
 
 def _retried_numbers(trials: list[Any]) -> set[int]:
-    return {n for t in trials if (n := _retried_number(t)) is not None}
+    """Every failed trial that a later trial retries: a retry that was itself interrupted is in its successor's
+    history, not only the series' first (Optuna's ``retried_trial_number`` names the first alone)."""
+    return {number for t in trials for number in _retry_history(t)}
 
 
 def counted_trials(trials: list[Any]) -> list[Any]:
@@ -77,14 +80,7 @@ def _waiting(trials: list[Any]) -> bool:
 
 def origin_number(trial: Any) -> int:
     """The number of the trial a retry repeats (its own number when it is no retry): the run folders' name."""
-    import warnings
-
-    from optuna.exceptions import ExperimentalWarning
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ExperimentalWarning)
-        history = RetryHeartbeatStaleTrialCallback.retry_history(trial)
+    history = _retry_history(trial)
     return history[0] if history else trial.number
 
 
