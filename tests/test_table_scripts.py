@@ -59,7 +59,7 @@ def test_every_table_call_names_existing_configs_and_pairs_every_run(tmp_path, s
 
 
 # the groups whose every loss has its dmlkit tune layer in configs/font_testbed/tuned (docs/results/font_testbed.md)
-TUNED_GROUPS = ("ms", "sft", "ccp")
+TUNED_GROUPS = ("ms", "sft", "gsp", "ccp")
 
 
 def test_the_tuned_rows_run_through_the_same_groups_and_pairs(tmp_path):
