@@ -37,7 +37,7 @@ run: $(STAMP)
 	$(VENV)/bin/dmlkit train configs/quickstart.yaml --run-dir runs/quickstart-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not timm"
+	$(PY) -m pytest -q -m "not timm" --durations=25  # the slowest tests in the log: the suite aims at 15 minutes on 2 cores
 	$(MAKE) test-timm
 
 # ruff's lint and format check over the Python sources (pyproject.toml [tool.ruff]); .ci/run runs it
