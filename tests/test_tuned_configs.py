@@ -1,5 +1,6 @@
 """The font testbed's tuned rows (``configs/font_testbed/tuned``): each is its untuned row with only the keys of
-its loss's layer changed (a loss with nothing to search: unchanged), and each layer holds the best values of the study it names under
+its loss's layer changed (a loss with nothing to search: unchanged), a row whose method was searched too is a tuned
+row with only its method's layer changed, and each layer holds the best values of the study it names under
 ``docs/results/studies`` (a typo in a copied value, or a layer that also moved another key, fails here)."""
 
 from __future__ import annotations
@@ -31,13 +32,24 @@ def test_every_layer_has_rows_and_every_row_a_layer():
     assert used == set(LAYERS)
 
 
+def _searched_method(row: str) -> bool:
+    """A row whose method's own knobs were searched too: it extends a tuned row of this folder."""
+    return (TUNED / _bases(row)[0]).resolve().parent == TUNED
+
+
 @pytest.mark.parametrize("row", ROWS)
 def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
     bases = _bases(row)
     parent = (TUNED / bases[0]).resolve()
-    assert parent == (TUNED.parent / row).resolve(), "a tuned row extends the untuned row of the same name"
     tuned, untuned = load_config(TUNED / row), load_config(parent)
-    assert tuned.name == untuned.name  # the same name, so the tables pair the rows as the untuned ones
+    if _searched_method(row):  # its own name, so the tables pair it against the row it extends
+        assert tuned.name == Path(row).stem != untuned.name
+        method_keys = flatten(yaml.safe_load((TUNED / bases[1]).read_text()))
+        assert len(bases) == 2 and all(key.startswith(f"methods.{bases[1].removesuffix('.yaml').lstrip('_')}.") for key in method_keys)
+        untuned = load_config(parent, overrides=[f"name={tuned.name}"])
+    else:
+        assert parent == (TUNED.parent / row).resolve(), "a tuned row extends the untuned row of the same name"
+        assert tuned.name == untuned.name  # the same name, so the tables pair the rows as the untuned ones
     if len(bases) == 1:  # a loss with nothing to search runs as it is, so its group runs whole
         with pytest.raises(ValueError, match="no shipped search space"):
             default_space(tuned.loss.name)
