@@ -5,6 +5,7 @@
 # replication rules of docs/results/font_testbed.md).
 #   bash scripts/install_system_packages.sh        # once: the font packages font_glyphs renders
 #   bash scripts/font_testbed_tables.sh [GROUP...]  # groups, in this order by default: ms sft gsp ccp reference longtail
+#   (searched: the methods whose own knobs were searched too; with CONFIG_DIR=configs/font_testbed/tuned only)
 # Runs go to $OUT (default runs/font_testbed)/all/<backbone>/<config>-seed<s>/, shared by the groups (the baseline
 # trains once) and reused when the command runs again, so a stopped batch resumes; each group's table is
 # written to $OUT/<group>.md and .json. JOBS (default 2) runs train side by side; train.threads is pinned to 1.
@@ -37,6 +38,11 @@ font_testbed_contrastive_c2_ccp_patience1=font_testbed_contrastive_c2_val" \
         font_testbed_val font_testbed_ccp font_testbed_ccp_patience1 font_testbed_triplet_val font_testbed_triplet_ccp_sample \
         font_testbed_triplet_ccp_sample_patience1 font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp \
         font_testbed_contrastive_c2_ccp_patience1 ;;
+    searched)  # CCP with its own knobs at the values searched on the tuned MS (_ccp.yaml), against MS validated as
+      # CCP is; the row exists only among the tuned configs
+      case ${T%/} in */tuned) ;; *) echo "group 'searched' needs CONFIG_DIR=configs/font_testbed/tuned" >&2; exit 2 ;; esac
+      table all searched "font_testbed_ccp_searched=font_testbed_val font_testbed_ccp=font_testbed_val" \
+        font_testbed_val font_testbed_ccp font_testbed_ccp_searched ;;
     reference)  # every loss against MS, FastAP's Hard batches against its Random ones, ProxyAnchor's proxy rates
       table all reference "font_testbed font_testbed_fastap_hard=font_testbed_fastap_random \
 font_testbed_proxy_anchor_lr100x=font_testbed_proxy_anchor" font_testbed \
@@ -46,7 +52,7 @@ font_testbed_proxy_anchor_lr100x=font_testbed_proxy_anchor" font_testbed \
     longtail) table all longtail "font_testbed_longtail font_testbed_longtail_balanced" font_testbed_longtail \
       font_testbed_longtail_balanced font_testbed_longtail_sft font_testbed_longtail_sft_unbalanced \
       font_testbed_longtail_translation font_testbed_longtail_balanced_sft_unbalanced ;;
-    *) echo "unknown group '$1'; valid: ms sft gsp ccp reference longtail" >&2; exit 2 ;;
+    *) echo "unknown group '$1'; valid: ms sft gsp ccp searched reference longtail" >&2; exit 2 ;;
   esac
 }
 

@@ -76,6 +76,26 @@ def test_the_tuned_rows_run_through_the_same_groups_and_pairs(tmp_path):
         _check_every_run_is_paired_or_a_baseline(names, _option(args, "--baseline"))
 
 
+def test_the_searched_rows_pair_against_their_loss_validated_as_they_are(tmp_path):
+    (call,) = _calls("scripts/font_testbed_tables.sh", tmp_path, ("searched",), CONFIG_DIR="configs/font_testbed/tuned")
+    configs = _option(call, "holdout")
+    assert all(c.startswith("configs/font_testbed/tuned/") and (ROOT / c).is_file() for c in configs), configs
+    names = [load_config(ROOT / c).name for c in configs]
+    pairs = _check_every_run_is_paired_or_a_baseline(names, _option(call, "--baseline"))
+    assert pairs == {"font_testbed_ccp_searched": "font_testbed_val", "font_testbed_ccp": "font_testbed_val"}
+
+
+def test_the_searched_group_asks_for_the_tuned_configs(tmp_path):
+    stub = tmp_path / "dmlkit"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    env = {**os.environ, "DMLKIT": str(stub), "CALLS": str(tmp_path / "calls"), "OUT": str(tmp_path / "out")}
+    done = subprocess.run(
+        ["bash", "scripts/font_testbed_tables.sh", "searched"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "CONFIG_DIR=configs/font_testbed/tuned" in done.stderr
+
+
 def _check_every_run_is_paired_or_a_baseline(names: list[str], baselines: list[str]) -> dict[str, str]:
     pairs = assign_baselines(names, baselines)  # raises when a run has no baseline
     assert set(pairs) | set(pairs.values()) | {b for b in baselines if "=" not in b} == set(names)
