@@ -139,6 +139,38 @@ def test_links_between_pages_resolve():
             assert (page.parent / target).is_file(), f"{page_id(page)} links to missing {target}"
 
 
+def heading_anchors(text):
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as hyphens, a repeat
+    numbered (``-1``, ``-2``); lines inside fenced blocks are not headings."""
+    anchors, seen, fenced = set(), {}, False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        heading = None if fenced else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if heading:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).lower()).replace(" ", "-")
+            repeats = seen.get(slug, 0)
+            seen[slug] = repeats + 1
+            anchors.add(f"{slug}-{repeats}" if repeats else slug)
+    return anchors
+
+
+def test_heading_anchors_follow_githubs_rule():
+    text = "# The tables: SFT + L_ZS, CCP's knobs\n```\n# not a heading\n```\n## Cost\n## Cost\n"
+    assert heading_anchors(text) == {"the-tables-sft--l_zs-ccps-knobs", "cost", "cost-1"}
+
+
+def test_links_to_a_section_name_one_of_its_headings():
+    for page in PAGES:
+        for target, anchor in re.findall(r"\]\(([^)#:]*\.md|)#([^)]+)\)", page.read_text(encoding="utf-8")):
+            linked = page.parent / target if target else page
+            if linked.is_file():  # a missing page is test_links_between_pages_resolve's failure
+                assert anchor in heading_anchors(linked.read_text(encoding="utf-8")), (
+                    f"{page_id(page)}: {target}#{anchor}"
+                )
+
+
 def test_the_concepts_page_names_exactly_the_losses_that_take_ref_emb():
     import torch
 
