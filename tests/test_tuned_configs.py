@@ -32,21 +32,16 @@ def test_every_layer_has_rows_and_every_row_a_layer():
     assert used == set(LAYERS)
 
 
-def _searched_method(row: str) -> bool:
-    """A row whose method's own knobs were searched too: it extends a tuned row of this folder."""
-    return (TUNED / _bases(row)[0]).resolve().parent == TUNED
-
-
 @pytest.mark.parametrize("row", ROWS)
 def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
     bases = _bases(row)
     parent = (TUNED / bases[0]).resolve()
     tuned, untuned = load_config(TUNED / row), load_config(parent)
-    if _searched_method(row):  # its own name, so the tables pair it against the row it extends
+    layers = [flatten(yaml.safe_load((TUNED / base).read_text())) for base in bases[1:]]
+    if parent.parent == TUNED:  # a row whose method was searched too extends a tuned row, under its own name
         assert tuned.name == Path(row).stem != untuned.name
         method = bases[1].removesuffix(".yaml").lstrip("_")  # the layer _ccp.yaml tunes methods.ccp alone
-        method_keys = flatten(yaml.safe_load((TUNED / bases[1]).read_text()))
-        assert len(bases) == 2 and all(key.startswith(f"methods.{method}.") for key in method_keys)
+        assert len(layers) == 1 and all(key.startswith(f"methods.{method}.") for key in layers[0])
         untuned = load_config(parent, overrides=[f"name={tuned.name}"])
     else:
         assert parent == (TUNED.parent / row).resolve(), "a tuned row extends the untuned row of the same name"
@@ -56,7 +51,6 @@ def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
             default_space(tuned.loss.name)
         assert config_differences(untuned, tuned) == []
         return
-    layers = [flatten(yaml.safe_load((TUNED / base).read_text())) for base in bases[1:]]
     changed = set(config_differences(untuned, tuned))
     assert changed <= {key for layer in layers for key in layer}  # empty where the search kept the borrowed values
     values = flatten(to_dict(tuned))
