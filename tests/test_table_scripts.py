@@ -24,15 +24,25 @@ while [ $# -gt 0 ]; do [ "$1" = --out ] && { mkdir -p "$2"; touch "$2/results.md
 """
 
 
-def _calls(script: str, tmp_path: Path, groups: tuple[str, ...] = (), **extra_env: str) -> list[list[str]]:
+def _run_script(script: str, tmp_path: Path, groups: tuple[str, ...] = (), **extra_env: str):
+    """Runs ``script`` with ``DMLKIT`` pointing at the recording stub; the calls land in ``tmp_path/calls.txt``."""
     stub = tmp_path / "dmlkit"
     stub.write_text(STUB)
     stub.chmod(0o755)
-    calls = tmp_path / "calls.txt"
-    env = {**os.environ, "DMLKIT": str(stub), "CALLS": str(calls), "OUT": str(tmp_path / "out"), **extra_env}
-    done = subprocess.run(["bash", script, *groups], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "DMLKIT": str(stub),
+        "CALLS": str(tmp_path / "calls.txt"),
+        "OUT": str(tmp_path / "out"),
+        **extra_env,
+    }
+    return subprocess.run(["bash", script, *groups], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _calls(script: str, tmp_path: Path, groups: tuple[str, ...] = (), **extra_env: str) -> list[list[str]]:
+    done = _run_script(script, tmp_path, groups, **extra_env)
     assert done.returncode == 0, done.stderr[-2000:]
-    return [shlex.split(line) for line in calls.read_text().splitlines()]
+    return [shlex.split(line) for line in (tmp_path / "calls.txt").read_text().splitlines()]
 
 
 def _option(args: list[str], flag: str) -> list[str]:
@@ -86,14 +96,9 @@ def test_the_searched_rows_pair_against_their_loss_validated_as_they_are(tmp_pat
 
 
 def test_the_searched_group_asks_for_the_tuned_configs(tmp_path):
-    stub = tmp_path / "dmlkit"
-    stub.write_text(STUB)
-    stub.chmod(0o755)
-    env = {**os.environ, "DMLKIT": str(stub), "CALLS": str(tmp_path / "calls"), "OUT": str(tmp_path / "out")}
-    done = subprocess.run(
-        ["bash", "scripts/font_testbed_tables.sh", "searched"], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    done = _run_script("scripts/font_testbed_tables.sh", tmp_path, ("searched",))
     assert done.returncode == 2 and "CONFIG_DIR=configs/font_testbed/tuned" in done.stderr
+    assert not (tmp_path / "calls.txt").exists()  # refused before any run
 
 
 def _check_every_run_is_paired_or_a_baseline(names: list[str], baselines: list[str]) -> dict[str, str]:
