@@ -92,7 +92,12 @@ def test_the_searched_rows_pair_against_their_loss_validated_as_they_are(tmp_pat
     assert all(c.startswith("configs/font_testbed/tuned/") and (ROOT / c).is_file() for c in configs), configs
     names = [load_config(ROOT / c).name for c in configs]
     pairs = _check_every_run_is_paired_or_a_baseline(names, _option(call, "--baseline"))
-    assert pairs == {"font_testbed_ccp_searched": "font_testbed_val", "font_testbed_ccp": "font_testbed_val"}
+    assert pairs == {
+        "font_testbed_ccp_searched": "font_testbed_val",
+        "font_testbed_ccp": "font_testbed_val",
+        "font_testbed_gsp_zs_searched": "font_testbed_gsp",
+        "font_testbed_gsp_zs": "font_testbed_gsp",
+    }
 
 
 def test_the_searched_group_asks_for_the_tuned_configs(tmp_path):
