@@ -38,14 +38,14 @@ font_testbed_contrastive_c2_ccp_patience1=font_testbed_contrastive_c2_val" \
         font_testbed_val font_testbed_ccp font_testbed_ccp_patience1 font_testbed_triplet_val font_testbed_triplet_ccp_sample \
         font_testbed_triplet_ccp_sample_patience1 font_testbed_contrastive_c2_val font_testbed_contrastive_c2_ccp \
         font_testbed_contrastive_c2_ccp_patience1 ;;
-    searched)  # the methods at their own knobs' searched values on the tuned MS (_ccp.yaml, _zero_shot.yaml), each
-      # beside its row at the defaults: CCP against MS validated as CCP is, GSP + L_ZS against GSP + MS; the rows
-      # exist only among the tuned configs
+    searched)  # the methods at their own knobs' searched values on the tuned MS (_ccp.yaml, _zero_shot.yaml,
+      # _sft.yaml), each beside its row at the defaults: CCP against MS validated as CCP is, GSP + L_ZS against
+      # GSP + MS, SFT against MS; the rows exist only among the tuned configs
       case ${T%/} in */tuned) ;; *) echo "group 'searched' needs CONFIG_DIR=configs/font_testbed/tuned" >&2; exit 2 ;; esac
       table all searched "font_testbed_ccp_searched=font_testbed_val font_testbed_ccp=font_testbed_val \
-font_testbed_gsp_zs_searched=font_testbed_gsp font_testbed_gsp_zs=font_testbed_gsp" \
+font_testbed_gsp_zs_searched=font_testbed_gsp font_testbed_gsp_zs=font_testbed_gsp font_testbed" \
         font_testbed_val font_testbed_ccp font_testbed_ccp_searched font_testbed_gsp font_testbed_gsp_zs \
-        font_testbed_gsp_zs_searched ;;
+        font_testbed_gsp_zs_searched font_testbed font_testbed_sft font_testbed_sft_searched ;;
     reference)  # every loss against MS, FastAP's Hard batches against its Random ones, ProxyAnchor's proxy rates
       table all reference "font_testbed font_testbed_fastap_hard=font_testbed_fastap_random \
 font_testbed_proxy_anchor_lr100x=font_testbed_proxy_anchor" font_testbed \

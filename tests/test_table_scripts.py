@@ -97,6 +97,10 @@ def test_the_searched_rows_pair_against_their_loss_validated_as_they_are(tmp_pat
         "font_testbed_ccp": "font_testbed_val",
         "font_testbed_gsp_zs_searched": "font_testbed_gsp",
         "font_testbed_gsp_zs": "font_testbed_gsp",
+        "font_testbed_sft_searched": "font_testbed",
+        "font_testbed_sft": "font_testbed",
+        "font_testbed_gsp": "font_testbed",  # the baselines of the rows above, each against MS
+        "font_testbed_val": "font_testbed",
     }
 
 
