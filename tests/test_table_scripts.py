@@ -86,7 +86,7 @@ def test_the_tuned_rows_run_through_the_same_groups_and_pairs(tmp_path):
         _check_every_run_is_paired_or_a_baseline(names, _option(args, "--baseline"))
 
 
-def test_the_searched_rows_pair_against_their_loss_validated_as_they_are(tmp_path):
+def test_the_searched_rows_pair_against_the_rows_they_are_compared_with(tmp_path):
     (call,) = _calls("scripts/font_testbed_tables.sh", tmp_path, ("searched",), CONFIG_DIR="configs/font_testbed/tuned")
     configs = _option(call, "holdout")
     assert all(c.startswith("configs/font_testbed/tuned/") and (ROOT / c).is_file() for c in configs), configs
