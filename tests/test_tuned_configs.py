@@ -40,8 +40,11 @@ def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
     layers = [flatten(yaml.safe_load((TUNED / base).read_text())) for base in bases[1:]]
     if parent.parent == TUNED:  # a row whose method was searched too extends a tuned row, under its own name
         assert tuned.name == Path(row).stem != untuned.name
-        method = bases[1].removesuffix(".yaml").lstrip("_")  # the layer _ccp.yaml tunes methods.ccp alone
-        assert len(layers) == 1 and all(key.startswith(f"methods.{method}.") for key in layers[0])
+        # the layer _ccp.yaml (or _ccp_c2.yaml, searched on another loss) tunes methods.ccp alone
+        layer_name = bases[1].removesuffix(".yaml").lstrip("_")
+        methods = {key.split(".")[1] for key in layers[0] if key.startswith("methods.")}
+        assert len(layers) == 1 and len(methods) == 1 and all(key.startswith("methods.") for key in layers[0])
+        assert layer_name.startswith(methods.pop())
         untuned = load_config(parent, overrides=[f"name={tuned.name}"])
     else:
         assert parent == (TUNED.parent / row).resolve(), "a tuned row extends the untuned row of the same name"
