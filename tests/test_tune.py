@@ -141,6 +141,23 @@ def test_each_worker_and_each_continuation_draws_its_own_stream():
     assert len(seeds) == 6
 
 
+def test_two_workers_joining_a_study_with_the_same_trial_count_draw_different_streams():
+    """Two commands started at different times can find the same number of trials (an interrupted trial enqueues
+    its retry): their random streams must differ, or they propose the same points; a fresh study reproduces."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dmlkit.tune.study_setup import joining_nonce, worker_seed
+
+    fresh = [optuna.trial.create_trial(state=TrialState.WAITING)]
+    assert joining_nonce(fresh, "1-aa") == joining_nonce(fresh, "2-bb") == ""
+    started = [optuna.trial.create_trial(value=0.5), optuna.trial.create_trial(state=TrialState.FAIL)] + fresh
+    first, second = (worker_seed(0, len(started), 0, "", joining_nonce(started, wid)) for wid in ("1-aa", "2-bb"))
+    assert first != second
+    draws = [optuna.samplers.RandomSampler(seed=s)._rng.rng.uniform(size=3).tolist() for s in (first, second)]
+    assert draws[0] != draws[1]
+
+
 def test_config_value_reads_defaults_of_components():
     cfg = check_space(CONFIG, [], space_for("multi_similarity"))
     assert config_value(cfg, "loss.params.alpha") == 2.0  # the registry's default: quickstart sets no alpha

@@ -25,6 +25,7 @@ __all__ = [
     "SAMPLERS",
     "SearchSettings",
     "StudyDefinition",
+    "joining_nonce",
     "make_pruner",
     "make_sampler",
     "open_study",
@@ -176,13 +177,23 @@ def check_folder(study_dir: Path, definition: StudyDefinition, study_name: str, 
     path.write_text(yaml.safe_dump(record, sort_keys=False))
 
 
-def worker_seed(seed: int, trials_at_start: int, worker: int = 0, host: str = "") -> int:
+def worker_seed(seed: int, trials_at_start: int, worker: int = 0, host: str = "", nonce: str = "") -> int:
     """The sampler seed of one worker: the study's seed mixed with how many trials the study held when the worker
-    started, the worker's index and (for a database shared by machines) its host. A fresh study run by one worker
-    thus proposes the same trials every time, while parallel workers, and a worker continuing a study, draw
-    their random trials from streams of their own instead of proposing the same points again."""
-    text = f"{seed}:{trials_at_start}:{worker}:{host}"
+    started, the worker's index, (for a database shared by machines) its host and ``nonce``, the worker's own id
+    where it joins a study that has run trials (``joining_nonce``). A fresh study run by one worker thus proposes
+    the same trials every time, while parallel workers, and workers continuing a study, draw their random trials
+    from streams of their own instead of proposing the same points again."""
+    text = f"{seed}:{trials_at_start}:{worker}:{host}" + (f":{nonce}" if nonce else "")
     return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def joining_nonce(trials: list[Any], worker_id: str) -> str:
+    """``worker_id`` for a worker that joins a study some trial of which has started, "" for a fresh study (every
+    trial still waiting). Two commands started at different times can find the same number of trials (an
+    interrupted trial enqueues its retry), so the count alone would give them the same random stream."""
+    from optuna.trial import TrialState
+
+    return "" if all(t.state == TrialState.WAITING for t in trials) else worker_id
 
 
 def make_sampler(settings: SearchSettings, seed: int | None = None) -> Any:

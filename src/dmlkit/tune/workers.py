@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from dmlkit.tune.space import SearchSpace
-from dmlkit.tune.study_setup import SearchSettings, StudyDefinition, make_pruner, make_sampler, worker_seed
+from dmlkit.tune.study_setup import (
+    SearchSettings,
+    StudyDefinition,
+    joining_nonce,
+    make_pruner,
+    make_sampler,
+    worker_seed,
+)
 from dmlkit.tune.trial_runs import run_trial, trial_folder
 
 __all__ = ["TrialFailed", "WorkerJob", "counted_trials", "run_worker"]
@@ -190,11 +197,12 @@ def run_worker(job: WorkerJob, say: Any = None, worker: int = 0) -> int:
     storage = open_storage(study_dir, job.storage_url, job.settings.heartbeat, job.settings.grace)
     pruner = make_pruner(job.settings, cfg.train.val_every, budget)
     study = optuna.load_study(study_name=job.study_name, storage=storage, pruner=pruner)
-    held = len(study.get_trials(deepcopy=False))
+    held = study.get_trials(deepcopy=False)
     host = socket.gethostname() if is_shared(job.storage_url) else ""
-    study.sampler = make_sampler(job.settings, worker_seed(job.settings.seed, held, worker, host))
     ran = 0
     with WorkerLock(study_dir) as lock:
+        seed = worker_seed(job.settings.seed, len(held), worker, host, joining_nonce(held, lock.id))
+        study.sampler = make_sampler(job.settings, seed)
         objective = _Objective(job, study, lock.id)
         while True:
             if not is_shared(job.storage_url):
