@@ -13,6 +13,7 @@ from dmlkit.protocols.backbones import across_backbones, backbone_label, backbon
 from dmlkit.protocols.conventional import FACT_PREFIX, PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.fair import run_fair
 from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
+from dmlkit.protocols.run_machines import check_same_machine
 from dmlkit.protocols.paired import assign_baselines, paired_difference, paired_table
 from dmlkit.protocols.table import check_columns, markdown_table, summarise
 
@@ -63,6 +64,7 @@ def _collect(
             rows.append((f"{label} (n={len(per_seed)})", summarise(per_seed)))
             raw[name] = per_seed
     check_same_weights(run_dirs)
+    check_same_machine(run_dirs)
     return rows, raw
 
 

@@ -1,0 +1,70 @@
+"""Pair runs only when they ran on one kind of machine: the same kernels, thread count, precision and process count.
+
+A fixed seed reproduces a run on one kind of machine, not across kinds. Floating-point sums depend on how they are
+split: ATen's CPU kernels add 8 or 16 lanes at a time (AVX2 or AVX-512), a reduction over ``T`` threads adds ``T``
+partial sums, a GPU model and precision have their own kernels, and ``P`` processes average ``P`` gradients. The
+first step's rounding differs, and 1,000 steps later the two runs of one config and seed are two samples of its
+spread, not one. A paired table counts ``run - baseline`` per seed as the method's effect only because both sides
+shared everything but the method; a pair that straddles two kinds of machine adds their difference to it. Each run
+records its machine in ``environment.json`` (``engine.environment.current_environment``); ``check_same_machine``
+refuses a table whose runs record two kinds. Run folders that record no environment are not checked.
+
+This is what lets a project keep the small records of finished runs (``config.yaml``, ``summary.json``,
+``environment.json``) and pair new runs against them later: on the same kind of machine the protocol reuses them,
+on another it says so instead of pairing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["check_same_machine", "machine_kind"]
+
+
+def _describe(environment: dict[str, Any]) -> str | None:
+    device = environment.get("device")
+    if not isinstance(device, dict) or "type" not in device:
+        return None
+    if device["type"] == "cpu":
+        kernels = f"cpu {device.get('capability', '?')}, {environment.get('threads', '?')} thread(s)"
+    else:
+        kernels = f"{device['type']} {device.get('name', '?')}"
+    processes = f", {environment.get('world_size', 1)} process(es) on {environment.get('num_nodes', 1)} node(s)"
+    return f"{kernels}, precision {environment.get('precision', '?')}{processes}"
+
+
+def machine_kind(run_dir: Path) -> str | None:
+    """What decides a run's floating-point results beyond its config and seed, as one readable string
+    (``"cpu AVX2, 1 thread(s), precision 32-true, 1 process(es) on 1 node(s)"``), or ``None`` when the run records
+    no environment (a folder written before dmlkit recorded one, or a run stopped before it started)."""
+    path = Path(run_dir) / "environment.json"
+    if not path.is_file():
+        return None
+    try:
+        environment = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None  # read_environment reports a damaged file where the run is resumed; here it only goes unchecked
+    return _describe(environment) if isinstance(environment, dict) else None
+
+
+def check_same_machine(run_dirs: Iterable[Path]) -> None:
+    """Raise ``ValueError`` when the runs of one table ran on more than one kind of machine (``machine_kind``)."""
+    kinds: dict[str, list[str]] = {}
+    for run_dir in run_dirs:
+        kind = machine_kind(run_dir)
+        if kind is not None:
+            kinds.setdefault(kind, []).append(Path(run_dir).name)
+    if len(kinds) > 1:
+        listed = "; ".join(
+            f"{kind}: {', '.join(sorted(runs)[:4])}{' ...' if len(runs) > 4 else ''}"
+            for kind, runs in sorted(kinds.items())
+        )
+        raise ValueError(
+            f"the runs of this table ran on {len(kinds)} kinds of machine ({listed}): one config and seed gives "
+            "other numbers on other kernels, thread counts, precisions or process counts, so pairing them would "
+            "count the machines' difference as the method's. Train the runs of the other kind again here (delete "
+            "their folders), or keep each kind's runs under their own --out (for a CPU, OMP_NUM_THREADS or "
+            "train.threads sets the thread count)"
+        )
