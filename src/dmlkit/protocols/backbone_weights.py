@@ -16,7 +16,13 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["check_same_weights", "recorded_weights"]
+__all__ = ["check_same_weights", "first_runs", "recorded_weights"]
+
+
+def first_runs(runs: list[str], shown: int = 4) -> str:
+    """The first ``shown`` run names in order, then ``...`` when there are more: an error's list of the runs of a
+    group."""
+    return ", ".join(sorted(runs)[:shown]) + (" ..." if len(runs) > shown else "")
 
 
 def recorded_weights(run_dir: Path) -> tuple[str, str] | None:
@@ -45,10 +51,7 @@ def check_same_weights(run_dirs: Iterable[Path]) -> None:
             seen.setdefault(weights[0], {}).setdefault(weights[1], []).append(Path(run_dir).name)
     for name, by_checksum in seen.items():
         if len(by_checksum) > 1:
-            sets = "; ".join(
-                f"{checksum[:12]} in {', '.join(sorted(runs)[:4])}{' ...' if len(runs) > 4 else ''}"
-                for checksum, runs in sorted(by_checksum.items())
-            )
+            sets = "; ".join(f"{checksum[:12]} in {first_runs(runs)}" for checksum, runs in sorted(by_checksum.items()))
             raise ValueError(
                 f"the runs of this table fine-tuned from pretrained backbone '{name}' started from {len(by_checksum)} "
                 f"different sets of its weights ({sets}): they were pretrained on different machines (or on a GPU, "

@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from dmlkit.protocols.backbone_weights import first_runs
+
 __all__ = ["check_same_machine", "machine_kind"]
 
 
@@ -57,10 +59,7 @@ def check_same_machine(run_dirs: Iterable[Path]) -> None:
         if kind is not None:
             kinds.setdefault(kind, []).append(Path(run_dir).name)
     if len(kinds) > 1:
-        listed = "; ".join(
-            f"{kind}: {', '.join(sorted(runs)[:4])}{' ...' if len(runs) > 4 else ''}"
-            for kind, runs in sorted(kinds.items())
-        )
+        listed = "; ".join(f"{kind}: {first_runs(runs)}" for kind, runs in sorted(kinds.items()))
         raise ValueError(
             f"the runs of this table ran on {len(kinds)} kinds of machine ({listed}): one config and seed gives "
             "other numbers on other kernels, thread counts, precisions or process counts, so pairing them would "
