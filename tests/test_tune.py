@@ -158,6 +158,29 @@ def test_two_workers_joining_a_study_with_the_same_trial_count_draw_different_st
     assert draws[0] != draws[1]
 
 
+def test_two_commands_started_together_on_a_fresh_study_draw_different_streams(tmp_path):
+    """Two commands started at the same moment on a fresh study both find no trial and both run a worker 0: the
+    second one's lock must see the first's, and its stream differ; one command alone keeps the fresh study's."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from dmlkit.tune.liveness import WorkerLock
+    from dmlkit.tune.study_setup import worker_seed
+    from dmlkit.tune.workers import stream_nonce
+
+    fresh = [optuna.trial.create_trial(state=TrialState.WAITING)]
+    with WorkerLock(tmp_path, 0) as alone:
+        assert stream_nonce(fresh, alone) == ""
+        with WorkerLock(tmp_path, 1) as other_index:  # the same command's second worker: its index sets it apart
+            assert stream_nonce(fresh, other_index) == ""
+            with WorkerLock(tmp_path, 0) as twin:
+                assert stream_nonce(fresh, twin) == twin.id
+                assert stream_nonce(fresh, alone) == alone.id  # of two looking at once, either may be the later
+                seeds = {worker_seed(0, 1, 0, "", stream_nonce(fresh, lock)) for lock in (alone, twin)}
+                assert len(seeds) == 2
+        assert stream_nonce(fresh, alone) == ""  # the twin's lock went with it
+
+
 def test_config_value_reads_defaults_of_components():
     cfg = check_space(CONFIG, [], space_for("multi_similarity"))
     assert config_value(cfg, "loss.params.alpha") == 2.0  # the registry's default: quickstart sets no alpha

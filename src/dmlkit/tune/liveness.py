@@ -17,30 +17,52 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WORKER_ATTR", "WorkerLock", "fail_stale_trials"]
+__all__ = ["WORKER_ATTR", "WorkerLock", "fail_stale_trials", "live_twin"]
 
 WORKER_ATTR = "worker"
 UNSTAMPED_GRACE_SECONDS = 60.0
 
 
 class WorkerLock:
-    """The lock a live worker holds; ``id`` goes into the user attributes of its trials."""
+    """The lock a live worker holds; ``id`` goes into the user attributes of its trials. The lock file holds the
+    worker's index among its command's workers, so that a worker can tell another command's worker of the same
+    index (``live_twin``)."""
 
-    def __init__(self, study_dir: Path) -> None:
+    def __init__(self, study_dir: Path, worker: int = 0) -> None:
         self.folder = study_dir / "workers"
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.worker = int(worker)
         self._handle: Any = None
 
     def __enter__(self) -> "WorkerLock":
         self.folder.mkdir(parents=True, exist_ok=True)
         self._handle = open(self.folder / f"{self.id}.lock", "w")
         fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._handle.write(f"{self.worker}\n")
+        self._handle.flush()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         path = self.folder / f"{self.id}.lock"
         path.unlink(missing_ok=True)  # while held: no other process can find it free
         self._handle.close()
+
+
+def live_twin(lock: WorkerLock) -> bool:
+    """Whether another live worker of this study has ``lock``'s index: a second command started on the study
+    while this one runs. Each worker takes its lock before it looks, so of two commands started at the same moment
+    at least the later one sees the other."""
+    for path in lock.folder.glob("*.lock"):
+        other = path.stem
+        if other == lock.id or not worker_alive(lock.folder.parent, other):
+            continue
+        try:
+            index = path.read_text().strip()
+        except FileNotFoundError:
+            continue  # its worker ended between the two looks
+        if index == str(lock.worker):
+            return True
+    return False
 
 
 def worker_alive(study_dir: Path, worker: str) -> bool:

@@ -180,7 +180,8 @@ def check_folder(study_dir: Path, definition: StudyDefinition, study_name: str, 
 def worker_seed(seed: int, trials_at_start: int, worker: int = 0, host: str = "", nonce: str = "") -> int:
     """The sampler seed of one worker: the study's seed mixed with how many trials the study held when the worker
     started, the worker's index, (for a database shared by machines) its host and ``nonce``, the worker's own id
-    where it joins a study that has run trials (``joining_nonce``). A fresh study run by one worker thus proposes
+    where it joins a study that has run trials or that another command's worker of its index runs
+    (``workers.stream_nonce``). A fresh study run by one worker thus proposes
     the same trials every time, while parallel workers, and workers continuing a study, draw their random trials
     from streams of their own instead of proposing the same points again."""
     text = f"{seed}:{trials_at_start}:{worker}:{host}" + (f":{nonce}" if nonce else "")

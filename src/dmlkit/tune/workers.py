@@ -177,6 +177,16 @@ def _quiet_optuna() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+def stream_nonce(held: list[Any], lock: Any) -> str:
+    """What sets a worker's random stream apart (``worker_seed``'s nonce): its lock id where it joins a study some
+    trial of which has started (``joining_nonce``), or where another live command's worker has its index (two
+    commands started on a fresh study: both find no trial); "" otherwise, so that a fresh study run by one
+    command proposes the same trials every time."""
+    from dmlkit.tune.liveness import live_twin
+
+    return joining_nonce(held, lock.id) or (lock.id if live_twin(lock) else "")
+
+
 def run_worker(job: WorkerJob, say: Any = None, worker: int = 0) -> int:
     """Run trials until the study counts ``job.trials`` of them; returns how many this worker ran. ``worker``:
     its index among the command's workers (its sampler's stream, ``worker_seed``)."""
@@ -200,8 +210,8 @@ def run_worker(job: WorkerJob, say: Any = None, worker: int = 0) -> int:
     held = study.get_trials(deepcopy=False)
     host = socket.gethostname() if is_shared(job.storage_url) else ""
     ran = 0
-    with WorkerLock(study_dir) as lock:
-        seed = worker_seed(job.settings.seed, len(held), worker, host, joining_nonce(held, lock.id))
+    with WorkerLock(study_dir, worker) as lock:
+        seed = worker_seed(job.settings.seed, len(held), worker, host, stream_nonce(held, lock))
         study.sampler = make_sampler(job.settings, seed)
         objective = _Objective(job, study, lock.id)
         while True:
