@@ -102,3 +102,39 @@ def test_a_table_is_rebuilt_from_its_runs_kept_records_and_refuses_a_run_of_anot
     (kept / "other-seed1" / "environment.json").write_text(json.dumps(environment))
     with pytest.raises(ValueError, match=r"2 kinds of machine .*cpu AVX512, 1 thread\(s\).*other-seed1"):
         run_protocol("holdout", configs, kept, seeds=[0, 1], overrides=overrides, baselines=["base"], reuse=True)
+
+
+def test_the_kind_a_run_would_record_is_known_before_it_starts_only_on_one_cpu_process(monkeypatch):
+    from dmlkit.config import load_config
+    from dmlkit.protocols.run_machines import planned_kind
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    train = load_config("configs/quickstart.yaml", ["train.threads=null"]).train
+    assert planned_kind(train, 2) == "cpu AVX2, 2 thread(s), precision 32-true, 1 process(es) on 1 node(s)"
+    pinned = load_config("configs/quickstart.yaml", ["train.threads=1", "train.precision=bf16-mixed"]).train
+    assert planned_kind(pinned, 2) == "cpu AVX2, 1 thread(s), precision bf16-mixed, 1 process(es) on 1 node(s)"
+    assert planned_kind(load_config("configs/quickstart.yaml", ["train.devices=2"]).train, 1) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # auto picks the GPU: its kind is known later
+    assert planned_kind(train, 1) is None
+
+
+def test_a_command_that_would_train_beside_kept_runs_of_another_machine_stops_before_training(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    configs = [_renamed_quickstart(tmp_path, "base"), _renamed_quickstart(tmp_path, "other")]
+    overrides = [*TINY_OVERRIDES, "plots=false", "eval.clustering=false", "train.threads=1"]
+    out = tmp_path / "runs"
+    run_protocol("holdout", configs[:1], out, seeds=[0], overrides=overrides)
+    environment = json.loads((out / "base-seed0" / "environment.json").read_text())
+    environment["device"]["capability"] = "AVX512"  # the baseline's record was kept from another machine kind
+    (out / "base-seed0" / "environment.json").write_text(json.dumps(environment))
+    for jobs in (1, 2):
+        with pytest.raises(
+            ValueError, match=r"would run on 2 kinds of machine .*cpu AVX2, 1 thread\(s\).*other-seed0 \(to train\)"
+        ):
+            run_protocol("holdout", configs, out, seeds=[0], overrides=overrides, baselines=["base"], jobs=jobs)
+        assert not (out / "other-seed0").exists(), "nothing was trained"
+    environment["device"]["capability"] = "AVX2"  # the same kind: the command trains and pairs
+    (out / "base-seed0" / "environment.json").write_text(json.dumps(environment))
+    run_protocol("holdout", configs, out, seeds=[0], overrides=overrides, baselines=["base"])
+    assert (out / "other-seed0" / "summary.json").is_file()

@@ -77,7 +77,7 @@ def fabric_options(t: TrainConfig, env: Mapping[str, str] | None = None) -> dict
 PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true")
 
 
-def _resolved_accelerator(accelerator: str) -> str:
+def resolved_accelerator(accelerator: str) -> str:
     import torch
 
     if accelerator == "auto":
@@ -95,7 +95,7 @@ def check_precision(t: TrainConfig) -> None:
 
     if t.precision not in PRECISIONS:
         raise ValueError(f"unknown train.precision {t.precision!r}; valid values are: {', '.join(PRECISIONS)}")
-    device = _resolved_accelerator(t.accelerator)
+    device = resolved_accelerator(t.accelerator)
     if device == "cpu" and t.precision.startswith("16-"):
         raise ValueError(
             f"train.precision {t.precision} needs a CUDA GPU; on the CPU Lightning would silently train in bf16 instead. "

@@ -11,7 +11,9 @@ refuses a table whose runs record two kinds. Run folders that record no environm
 
 This is what lets a project keep the small records of finished runs (``config.yaml``, ``summary.json``,
 ``environment.json``) and pair new runs against them later: on the same kind of machine the protocol reuses them,
-on another it says so instead of pairing.
+on another it says so instead of pairing. ``check_before_training`` says it before a command trains anything: the
+runs it would train here are compared with the finished runs of the table, so a kept record of another kind stops
+the command at once instead of after hours of training.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, Iterable
 
 from dmlkit.protocols.backbone_weights import first_runs
 
-__all__ = ["check_same_machine", "machine_kind"]
+__all__ = ["check_before_training", "check_same_machine", "machine_kind", "planned_kind"]
 
 
 def _describe(environment: dict[str, Any]) -> str | None:
@@ -51,19 +53,51 @@ def machine_kind(run_dir: Path) -> str | None:
     return _describe(environment) if isinstance(environment, dict) else None
 
 
-def check_same_machine(run_dirs: Iterable[Path]) -> None:
-    """Raise ``ValueError`` when the runs of one table ran on more than one kind of machine (``machine_kind``)."""
-    kinds: dict[str, list[str]] = {}
-    for run_dir in run_dirs:
-        kind = machine_kind(run_dir)
-        if kind is not None:
-            kinds.setdefault(kind, []).append(Path(run_dir).name)
+def planned_kind(train: Any, threads: int) -> str | None:
+    """The ``machine_kind`` a run of ``train`` (a ``TrainConfig``) started by this process would record, given the
+    intra-op ``threads`` the process gives it (``train.threads`` wins); ``None`` when it is not known before the run
+    starts: an accelerator, several processes or a torchrun launch."""
+    from dmlkit.engine.environment import cpu_capability
+    from dmlkit.engine.launch import resolved_accelerator, torchrun_world
+
+    if train.devices != 1 or torchrun_world() is not None or resolved_accelerator(train.accelerator) != "cpu":
+        return None
+    device = {"type": "cpu", "capability": cpu_capability()}
+    own = train.threads if train.threads is not None else threads
+    return _describe({"device": device, "threads": own, "precision": train.precision, "world_size": 1, "num_nodes": 1})
+
+
+def _refuse(kinds: dict[str, list[str]], verb: str = "ran") -> None:
     if len(kinds) > 1:
         listed = "; ".join(f"{kind}: {first_runs(runs)}" for kind, runs in sorted(kinds.items()))
         raise ValueError(
-            f"the runs of this table ran on {len(kinds)} kinds of machine ({listed}): one config and seed gives "
+            f"the runs of this table {verb} on {len(kinds)} kinds of machine ({listed}): one config and seed gives "
             "other numbers on other kernels, thread counts, precisions or process counts, so pairing them would "
             "count the machines' difference as the method's. Train the runs of the other kind again here (delete "
             "their folders), or keep each kind's runs under their own --out (for a CPU, OMP_NUM_THREADS or "
             "train.threads sets the thread count)"
         )
+
+
+def _recorded_kinds(run_dirs: Iterable[Path]) -> dict[str, list[str]]:
+    kinds: dict[str, list[str]] = {}
+    for run_dir in run_dirs:
+        kind = machine_kind(run_dir)
+        if kind is not None:
+            kinds.setdefault(kind, []).append(Path(run_dir).name)
+    return kinds
+
+
+def check_same_machine(run_dirs: Iterable[Path]) -> None:
+    """Raise ``ValueError`` when the runs of one table ran on more than one kind of machine (``machine_kind``)."""
+    _refuse(_recorded_kinds(run_dirs))
+
+
+def check_before_training(finished: Iterable[Path], planned: Iterable[tuple[str | None, Path]]) -> None:
+    """Raise ``ValueError``, before anything is trained, when the runs a command would train here (``planned``:
+    ``(planned_kind, run folder)``) are of another kind of machine than the ``finished`` runs of their table."""
+    kinds = _recorded_kinds(finished)
+    for kind, run_dir in planned:
+        if kind is not None:
+            kinds.setdefault(kind, []).append(f"{Path(run_dir).name} (to train)")
+    _refuse(kinds, "(those finished and those this command would train here) would run")

@@ -75,19 +75,28 @@ def reuse_only(cfg: ExperimentConfig, run_dir: Path) -> Summary:
 
 
 class Planner:
-    """An ``Obtain`` that only records which runs are needed (their config text and folder)."""
+    """An ``Obtain`` that only records which runs are needed (their config text and folder), which are finished,
+    and the kind of machine each needed run would record here (``run_machines.planned_kind`` with ``threads``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 1, quiet: bool = False) -> None:
+        self.threads, self.quiet = threads, quiet
         self.runs: list[tuple[str, Path]] = []
+        self.finished: list[Path] = []
+        self.planned: list[tuple[str | None, Path]] = []
 
     def __call__(self, cfg: ExperimentConfig, run_dir: Path) -> Summary:
+        from dmlkit.protocols.run_machines import planned_kind
+
         folder = RunFolder(run_dir)
         _check_same_config(cfg, folder)
-        if not folder.summary.is_file():
+        if folder.summary.is_file():
+            self.finished.append(run_dir)
+        else:
             from dmlkit.pretrain import ensure_pretrained_for
 
-            ensure_pretrained_for(cfg)  # here, once, before parallel workers would each build it
+            ensure_pretrained_for(cfg, quiet=self.quiet)  # here, once, before parallel workers would each build it
             self.runs.append((dump_config(cfg), run_dir))
+            self.planned.append((planned_kind(cfg.train, self.threads), run_dir))
         return None
 
 
@@ -207,16 +216,23 @@ def gather_runs(
 ) -> tuple[T, list[str]]:
     """``collect(obtain)`` with the runs it needs trained first: the shared flow of protocol tables and sweeps.
 
-    ``jobs > 1`` plans the missing runs (``collect`` with a ``Planner``) and trains
-    them in that many processes; ``reuse=True`` trains nothing. Returns what
-    ``collect`` returns and the error reports of the runs that failed (the
+    Unless ``reuse=True`` (which trains nothing), a first pass plans the missing runs (``collect`` with a
+    ``Planner``) and refuses, before anything is trained, runs that would run here on another kind of machine than
+    the finished runs of their table (``run_machines.check_before_training``); ``jobs > 1`` then trains them in
+    that many processes. Returns what ``collect`` returns and the error reports of the runs that failed (the
     others are then reported from what finished).
     """
     errors: list[str] = []
-    if jobs != 1 and not reuse:
-        planner = Planner()
+    if not reuse:
+        import torch
+
+        from dmlkit.protocols.run_machines import check_before_training
+
+        planner = Planner(worker_threads(jobs), quiet=False) if jobs != 1 else Planner(torch.get_num_threads(), quiet)
         collect(planner)
-        errors = train_in_parallel(planner.runs, jobs)
+        check_before_training(planner.finished, planner.planned)  # a kept run of another kind stops it now
+        if jobs != 1:
+            errors = train_in_parallel(planner.runs, jobs)
     obtain: Obtain = reuse_only if reuse or errors else partial(train_or_reuse, quiet=quiet)
     return collect(obtain), errors
 
