@@ -12,29 +12,18 @@ name hold two sets. Run folders written before the record are not checked.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable
 
-__all__ = ["check_same_weights", "first_runs", "recorded_weights"]
+from dmlkit.protocols.run_records import first_runs, recorded_environment
 
-
-def first_runs(runs: list[str], shown: int = 4) -> str:
-    """The first ``shown`` run names in order, then ``...`` when there are more: an error's list of the runs of a
-    group."""
-    return ", ".join(sorted(runs)[:shown]) + (" ..." if len(runs) > shown else "")
+__all__ = ["check_same_weights", "recorded_weights"]
 
 
 def recorded_weights(run_dir: Path) -> tuple[str, str] | None:
     """``(name or file, checksum)`` of the pretrained weights the run in ``run_dir`` started from, or ``None`` when
     it records none (no pretrained backbone, or a folder written before dmlkit recorded it)."""
-    path = Path(run_dir) / "environment.json"
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text()).get("pretrained")
-    except (json.JSONDecodeError, AttributeError):
-        return None  # read_environment reports a damaged file where the run is resumed; here it only goes unchecked
+    record = (recorded_environment(run_dir) or {}).get("pretrained")
     if not isinstance(record, dict):
         return None
     if "name" in record:

@@ -18,11 +18,10 @@ the command at once instead of after hours of training.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from dmlkit.protocols.backbone_weights import first_runs
+from dmlkit.protocols.run_records import first_runs, recorded_environment
 
 __all__ = ["check_before_training", "check_same_machine", "machine_kind", "planned_kind"]
 
@@ -43,14 +42,8 @@ def machine_kind(run_dir: Path) -> str | None:
     """What decides a run's floating-point results beyond its config and seed, as one readable string
     (``"cpu AVX2, 1 thread(s), precision 32-true, 1 process(es) on 1 node(s)"``), or ``None`` when the run records
     no environment (a folder written before dmlkit recorded one, or a run stopped before it started)."""
-    path = Path(run_dir) / "environment.json"
-    if not path.is_file():
-        return None
-    try:
-        environment = json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None  # read_environment reports a damaged file where the run is resumed; here it only goes unchecked
-    return _describe(environment) if isinstance(environment, dict) else None
+    environment = recorded_environment(run_dir)
+    return None if environment is None else _describe(environment)
 
 
 def planned_kind(train: Any, threads: int) -> str | None:
