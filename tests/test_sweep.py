@@ -77,6 +77,20 @@ def test_sweep_trains_each_point_skips_invalid_ones_and_reuses(tmp_path):
         reuse=True,
     )
     assert again == table
+    moved = tmp_path / f"{entries[trained[0]]['name']}-seed0" / "environment.json"
+    environment = json.loads(moved.read_text())
+    environment["device"] = {"type": "cuda", "name": "NVIDIA H200"}  # one point's run kept from a GPU
+    moved.write_text(json.dumps(environment))
+    with pytest.raises(ValueError, match=r"2 kinds of machine .*cuda NVIDIA H200"):
+        run_sweep(
+            "holdout",
+            ["configs/experiments/ccp/contrastive.yaml"],
+            grid,
+            tmp_path,
+            seeds=[0],
+            overrides=overrides,
+            reuse=True,
+        )
 
 
 def test_a_key_no_config_accepts_is_an_error_listing_the_valid_keys(tmp_path):

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dmlkit.config import load_config
-from dmlkit.protocols.backbone_weights import check_same_weights
 from dmlkit.protocols.backbones import across_backbones, backbone_label, backbones_table
 from dmlkit.protocols.conventional import FACT_PREFIX, PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.fair import run_fair
-from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
-from dmlkit.protocols.run_machines import check_same_machine
+from dmlkit.protocols.runs import NotingRuns, Obtain, check_batch_arguments, gather_runs
+from dmlkit.protocols.run_machines import check_comparable
 from dmlkit.protocols.paired import assign_baselines, paired_difference, paired_table
 from dmlkit.protocols.table import check_columns, markdown_table, summarise
 
@@ -45,12 +44,7 @@ def _collect(
 ) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
     rows: list[tuple[str, dict[str, Any]]] = []
     raw: dict[str, Any] = {}
-    run_dirs: list[Path] = []  # every run folder the table reads: their recorded weights must agree
-
-    def obtain_noting(cfg: Any, run_dir: Path) -> Any:
-        run_dirs.append(run_dir)
-        return obtain(cfg, run_dir)
-
+    obtain_noting = NotingRuns(obtain)  # every run folder the table reads: checked before they are compared
     for path in configs:
         name = load_config(path, list(overrides)).name
         label = name if backbone is None else backbone_label(name, backbone)
@@ -63,8 +57,7 @@ def _collect(
             per_seed = run_single_model(protocol, path, overrides, seeds, out, obtain_noting)
             rows.append((f"{label} (n={len(per_seed)})", summarise(per_seed)))
             raw[name] = per_seed
-    check_same_weights(run_dirs)
-    check_same_machine(run_dirs)
+    check_comparable(obtain_noting.run_dirs)
     return rows, raw
 
 

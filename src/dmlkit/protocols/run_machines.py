@@ -21,9 +21,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
+from dmlkit.protocols.backbone_weights import check_same_weights
 from dmlkit.protocols.run_records import first_runs, recorded_environment
 
-__all__ = ["check_before_training", "check_same_machine", "machine_kind", "planned_kind"]
+__all__ = ["check_before_training", "check_comparable", "check_same_machine", "machine_kind", "planned_kind"]
 
 
 def _describe(environment: dict[str, Any]) -> str | None:
@@ -84,6 +85,14 @@ def _recorded_kinds(run_dirs: Iterable[Path]) -> dict[str, list[str]]:
 def check_same_machine(run_dirs: Iterable[Path]) -> None:
     """Raise ``ValueError`` when the runs of one table ran on more than one kind of machine (``machine_kind``)."""
     _refuse(_recorded_kinds(run_dirs))
+
+
+def check_comparable(run_dirs: Iterable[Path]) -> None:
+    """The checks every table of runs makes before it compares them: one set of weights per pretrained backbone
+    name (``check_same_weights``) and one kind of machine (``check_same_machine``)."""
+    run_dirs = list(run_dirs)
+    check_same_weights(run_dirs)
+    check_same_machine(run_dirs)
 
 
 def check_before_training(finished: Iterable[Path], planned: Iterable[tuple[str | None, Path]]) -> None:

@@ -100,6 +100,19 @@ class Planner:
         return None
 
 
+class NotingRuns:
+    """An ``Obtain`` that passes each run on to ``obtain`` and keeps its folder: the runs a table read, for the
+    checks it makes before comparing them (``run_machines.check_comparable``)."""
+
+    def __init__(self, obtain: Obtain) -> None:
+        self.obtain = obtain
+        self.run_dirs: list[Path] = []
+
+    def __call__(self, cfg: ExperimentConfig, run_dir: Path) -> Summary:
+        self.run_dirs.append(run_dir)
+        return self.obtain(cfg, run_dir)
+
+
 def worker_threads(jobs: int) -> int:
     """Intra-op threads of each of ``jobs`` parallel runs: the CPU cores shared out (at least 1).
 

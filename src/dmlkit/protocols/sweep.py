@@ -22,7 +22,8 @@ from dmlkit.config import load_config
 from dmlkit.extras import require
 from dmlkit.protocols.conventional import PROTOCOL_OVERRIDES, run_single_model
 from dmlkit.protocols.results import run_columns
-from dmlkit.protocols.runs import Obtain, check_batch_arguments, gather_runs
+from dmlkit.protocols.run_machines import check_comparable
+from dmlkit.protocols.runs import NotingRuns, Obtain, check_batch_arguments, gather_runs
 from dmlkit.protocols.table import markdown_table, summarise
 
 Point = tuple[tuple[str, str], ...]
@@ -91,6 +92,7 @@ def _collect(
     obtain: Obtain,
 ) -> list[dict[str, Any]]:
     results = []
+    noting = NotingRuns(obtain)  # the points are compared as a table's rows are: the same checks first
     for path, base, invalid in plans:
         for point in points:
             entry: dict[str, Any] = {"config": base, "point": dict(point), "name": point_name(base, point)}
@@ -98,9 +100,10 @@ def _collect(
                 entry.update(invalid=invalid[point], per_seed=[])
             else:
                 entry["per_seed"] = run_single_model(
-                    protocol, path, [*overrides, *point_overrides(base, point)], seeds, out, obtain
+                    protocol, path, [*overrides, *point_overrides(base, point)], seeds, out, noting
                 )
             results.append(entry)
+    check_comparable(noting.run_dirs)
     return results
 
 
