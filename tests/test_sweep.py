@@ -2,6 +2,7 @@
 
 import json
 import math
+from functools import partial
 
 import pytest
 
@@ -50,9 +51,8 @@ def test_point_names_are_distinct_and_file_safe():
 def test_sweep_trains_each_point_skips_invalid_ones_and_reuses(tmp_path):
     grid = parse_grid(["methods.ccp.proxies_per_class=1,2", "methods.ccp.pool_size=1,3"])
     overrides = QUICK + ["methods.ccp.enabled=true", "methods.ccp.patience=1"]
-    table = run_sweep(
-        "holdout", ["configs/experiments/ccp/contrastive.yaml"], grid, tmp_path, seeds=[0], overrides=overrides
-    )
+    sweep = partial(run_sweep, "holdout", ["configs/experiments/ccp/contrastive.yaml"], grid, tmp_path, seeds=[0])
+    table = sweep(overrides=overrides)
     record = json.loads((tmp_path / "results.json").read_text())
     entries = {tuple(e["point"].values()): e for e in record["results"]}
     assert "pool_size (1) must be >=" in entries[("2", "1")]["invalid"]
@@ -67,30 +67,13 @@ def test_sweep_trains_each_point_skips_invalid_ones_and_reuses(tmp_path):
         assert len(entries[point]["per_seed"]) == 1
     assert "invalid" in table and table.count("(n=1)") == 3
     assert (tmp_path / "sweep.png").stat().st_size > 0
-    again = run_sweep(
-        "holdout",
-        ["configs/experiments/ccp/contrastive.yaml"],
-        grid,
-        tmp_path,
-        seeds=[0],
-        overrides=overrides,
-        reuse=True,
-    )
-    assert again == table
+    assert sweep(overrides=overrides, reuse=True) == table
     moved = tmp_path / f"{entries[trained[0]]['name']}-seed0" / "environment.json"
     environment = json.loads(moved.read_text())
     environment["device"] = {"type": "cuda", "name": "NVIDIA H200"}  # one point's run kept from a GPU
     moved.write_text(json.dumps(environment))
     with pytest.raises(ValueError, match=r"2 kinds of machine .*cuda NVIDIA H200"):
-        run_sweep(
-            "holdout",
-            ["configs/experiments/ccp/contrastive.yaml"],
-            grid,
-            tmp_path,
-            seeds=[0],
-            overrides=overrides,
-            reuse=True,
-        )
+        sweep(overrides=overrides, reuse=True)
 
 
 def test_a_key_no_config_accepts_is_an_error_listing_the_valid_keys(tmp_path):
