@@ -32,6 +32,20 @@ def test_every_layer_has_rows_and_every_row_a_layer():
     assert used == set(LAYERS)
 
 
+def _component_tuned(layer: dict, pooling: str) -> str:
+    """The one method (``methods.<name>.*``) or pooling (``model.pooling_params.*`` of ``pooling``) a layer sets."""
+    names = set()
+    for key in layer:
+        if key.startswith("methods."):
+            names.add(key.split(".")[1])
+        elif key.startswith("model.pooling_params."):
+            names.add(pooling)
+        else:
+            raise AssertionError(f"a method's layer sets {key}, neither a method's knob nor the pooling's")
+    assert len(names) == 1, f"a method's layer tunes one method or pooling, not {sorted(names)}"
+    return names.pop()
+
+
 @pytest.mark.parametrize("row", ROWS)
 def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
     bases = _bases(row)
@@ -40,11 +54,11 @@ def test_a_tuned_row_is_its_untuned_row_with_only_its_layers_keys(row):
     layers = [flatten(yaml.safe_load((TUNED / base).read_text())) for base in bases[1:]]
     if parent.parent == TUNED:  # a row whose method was searched too extends a tuned row, under its own name
         assert tuned.name == Path(row).stem != untuned.name
-        # the layer _ccp.yaml (or _ccp_c2.yaml, searched on another loss) tunes methods.ccp alone
+        # the layer _ccp.yaml (or _ccp_c2.yaml, searched on another loss) tunes methods.ccp alone, _gsp_triplet.yaml
+        # the GSP pooling's parameters alone
         layer_name = bases[1].removesuffix(".yaml").lstrip("_")
-        methods = {key.split(".")[1] for key in layers[0] if key.startswith("methods.")}
-        assert len(layers) == 1 and len(methods) == 1 and all(key.startswith("methods.") for key in layers[0])
-        assert layer_name.startswith(methods.pop())
+        assert len(layers) == 1
+        assert layer_name.startswith(_component_tuned(layers[0], tuned.model.pooling))
         untuned = load_config(parent, overrides=[f"name={tuned.name}"])
     else:
         assert parent == (TUNED.parent / row).resolve(), "a tuned row extends the untuned row of the same name"
