@@ -6,10 +6,10 @@ import math
 import pytest
 import torch
 
-from dmlkit.assemble import build_trainer
+from dmlkit.assemble import build_trainer, resume_trainer
 from dmlkit.config import load_config
 from dmlkit.pooling import GSP, gsp_pooling_weights, weight_entropy
-from tests_helpers import TINY_OVERRIDES
+from tests_helpers import TINY_OVERRIDES, stop_after_validation
 
 
 def test_entropy_by_hand():
@@ -36,12 +36,12 @@ def test_mu_one_gsp_has_the_entropy_of_gap_and_selection_lowers_it():
     assert (selective.last_entropy > math.log(4)).all()
 
 
-def test_a_gsp_run_logs_the_entropy_and_the_end_of_the_kcenter_warmup(tmp_path):
-    cfg = load_config(
+def _gsp_config(max_steps):
+    return load_config(
         "configs/quickstart.yaml",
         TINY_OVERRIDES
         + [
-            "train.max_steps=4",
+            f"train.max_steps={max_steps}",
             "train.log_every=1",
             "model.pooling=gsp",
             "model.local_dim=16",
@@ -49,6 +49,10 @@ def test_a_gsp_run_logs_the_entropy_and_the_end_of_the_kcenter_warmup(tmp_path):
             "model.pooling_params={num_prototypes: 4, iters: 20, init: kcenter, memory_size: 32}",
         ],
     )
+
+
+def test_a_gsp_run_logs_the_entropy_and_the_end_of_the_kcenter_warmup(tmp_path):
+    cfg = _gsp_config(4)
     summary = build_trainer(cfg, tmp_path / "run", quiet=True).fit()
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in records if r["split"] == "train"]
@@ -60,3 +64,15 @@ def test_a_gsp_run_logs_the_entropy_and_the_end_of_the_kcenter_warmup(tmp_path):
     assert gsp["kcenter_step"] == 2 and gsp["init"] == "kcenter"
     assert gsp["entropy"] == pytest.approx(train[-1]["gsp/entropy"], abs=1e-5)
     assert gsp["entropy_gap"] == pytest.approx(math.log(n)) and gsp["entropy_topk"] == pytest.approx(math.log(0.3 * n))
+
+
+def test_a_resumed_gsp_run_summarises_the_whole_run(tmp_path):
+    # the k-centre start (step 2) and the first half of the entropy history happen before the crash at step 4
+    full = build_trainer(_gsp_config(8), tmp_path / "full", quiet=True).fit()["gsp"]
+    crashed = tmp_path / "crashed"
+    with pytest.raises(KeyboardInterrupt):
+        build_trainer(_gsp_config(8), crashed, callbacks=[stop_after_validation(4)], quiet=True).fit()
+    resumed = resume_trainer(crashed, quiet=True).fit()["gsp"]
+    assert resumed["kcenter_step"] == full["kcenter_step"] == 2
+    for key in ("entropy", "effective_features", "entropy_last_quarter", "effective_features_last_quarter"):
+        assert resumed[key] == pytest.approx(full[key], abs=1e-5), key

@@ -15,7 +15,7 @@ from dmlkit.engine.early_stopping import EarlyStopping
 from dmlkit.engine.metrics_log import MetricsLog
 from dmlkit.engine.run_folder import RunFolder
 
-__all__ = ["Callback", "LoopStateView", "TrainerView"]
+__all__ = ["Callback", "LoopStateView", "TrainerView", "callback_states", "load_callback_states"]
 
 
 class LoopStateView(Protocol):
@@ -54,3 +54,35 @@ class Callback:
 
     def on_train_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         """Runs before ``summary.json`` is written: keys added to ``summary`` are saved with it."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What ``last.pt`` keeps of this callback, so that a resumed run continues it (tensors and plain
+        Python values; ``{}``: nothing to keep)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned; a resume calls it before ``on_train_start``."""
+
+
+def callback_states(callbacks: list[Callback]) -> dict[str, dict[str, Any]]:
+    """``{key: state}`` of the callbacks that keep state, keyed by class name (``Name#2`` for a second one of a
+    class), so that a resume with other stateless callbacks (a crash simulator, a pruner) finds them."""
+    return {key: state for key, cb in _keyed(callbacks) if (state := cb.state_dict())}
+
+
+def load_callback_states(callbacks: list[Callback], states: dict[str, dict[str, Any]]) -> None:
+    """Give each callback its state from ``callback_states``; a callback without one (a checkpoint written before
+    it kept state) starts afresh."""
+    for key, cb in _keyed(callbacks):
+        if key in states:
+            cb.load_state_dict(states[key])
+
+
+def _keyed(callbacks: list[Callback]) -> list[tuple[str, Callback]]:
+    seen: dict[str, int] = {}
+    keyed = []
+    for cb in callbacks:
+        name = type(cb).__qualname__
+        seen[name] = seen.get(name, 0) + 1
+        keyed.append((name if seen[name] == 1 else f"{name}#{seen[name]}", cb))
+    return keyed

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from dmlkit.engine.callbacks import Callback
+from dmlkit.engine.callbacks import Callback, callback_states, load_callback_states
 from dmlkit.engine.checkpoint import (
     CheckpointWriteError,
     load_checkpoint,
@@ -190,6 +190,7 @@ class Trainer:
             "sampler": self.sampler.state_dict(),
             "early_stopping": self.stopper.state_dict(),
             "loop": {"step": s.step, "epoch": s.epoch, "batch_in_epoch": s.batch_in_epoch, "elapsed": s.elapsed},
+            "callbacks": callback_states(self.callbacks),
         }
 
     def _load_last(self) -> None:
@@ -201,6 +202,7 @@ class Trainer:
             self.scheduler.load_state_dict(ckpt["scheduler"])
         self.sampler.load_state_dict(ckpt["sampler"])
         self.stopper.load_state_dict(ckpt["early_stopping"])
+        load_callback_states(self.callbacks, ckpt.get("callbacks", {}))  # absent from checkpoints of older versions
         loop = ckpt["loop"]
         self.state = LoopState(
             step=loop["step"], epoch=loop["epoch"], batch_in_epoch=loop["batch_in_epoch"], elapsed=loop["elapsed"]

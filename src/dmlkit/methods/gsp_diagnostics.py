@@ -52,6 +52,15 @@ class PoolingEntropyLog(Callback):
         ):
             self.kcenter_step = trainer.state.step
 
+    def state_dict(self) -> dict[str, Any]:
+        """The history and the k-centre step: a resumed run's summary covers the whole run, not its continuation."""
+        return {"history": list(self.history), "kcenter_step": self.kcenter_step, "last": dict(self.last)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history = [tuple(h) for h in state["history"]]
+        self.kcenter_step = state["kcenter_step"]
+        self.last = dict(state["last"])
+
     def on_train_end(self, trainer: TrainerView, summary: dict[str, Any]) -> None:
         if not self.history:
             return
