@@ -27,7 +27,7 @@
 set -u
 cd "$(dirname "$0")/.."
 if [ "${INSTALL_DEBS:-1}" = 1 ]; then  # INSTALL_DEBS=0 and BATCH=stub: tests/test_table_scripts.py
-  dpkg -i --force-depends .debs/*.deb > /dev/null || { echo "gpu_font_testbed_tables: installing .debs failed" >&2; exit 1; }
+  dpkg -i --force-depends "${DEBS:-.debs}"/*.deb > /dev/null || { echo "gpu_font_testbed_tables: installing ${DEBS:-.debs} failed" >&2; exit 1; }
 fi
 T=${CONFIG_DIR:-configs/font_testbed}  # configs/font_testbed/tuned: the rows at their losses' dmlkit tune values
 # Main rows first (what finishes inside TRAIN_SECONDS is tabulated): the runs go backbone by backbone, row by row.

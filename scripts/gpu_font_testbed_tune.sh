@@ -2,20 +2,23 @@
 # The font testbed's tuned baselines on one lent GPU machine: `dmlkit tune` of each loss's validated config
 # (multi-similarity, contrastive C2, triplet, ProxyAnchor, normalized softmax; same trial budget, pruner and
 # validation classes for each), JOBS workers sharing one card, until TRAIN_SECONDS. Each study goes on where the
-# previous call stopped: carry its studies.tar.gz back (STUDIES_TAR) and the interrupted trials resume from their
+# previous call stopped: on the warm machine the same command resumes them; on a fresh one carry its studies.tar.gz and
+# resume.tar.gz back (STUDIES_TAR, RESUME_TAR) and the interrupted trials resume from their
 # last.pt. The studies are those of the CPU machine (the same commands, docs/results/font_testbed.md, "Tuned
 # baselines"), but a GPU trains to other weights: keep the two apart.
 # Prepare here (once), in the repository root, beside the .debs and the PML wheel of scripts/gpu_font_testbed_tables.sh:
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
-#     optuna==5.0.0 alembic mako sqlalchemy greenlet colorlog tqdm
+#     optuna==5.0.0 colorlog   (the journal storage needs no SQLAlchemy; tqdm is on the machine)
 # Run (device tool): command "OUT_DIR=$OUT TRAIN_SECONDS=480 bash scripts/gpu_font_testbed_tune.sh", carry
-# [".debs", ".whl"] (and "studies.tar.gz" with STUDIES_TAR=studies.tar.gz from the second call on), timeout_s 560.
+# [".debs", ".whl"] (and the two archives with STUDIES_TAR / RESUME_TAR on a fresh machine), timeout_s 560.
 # The machine has no network, so the font packages travel as .debs and the Python packages as wheels.
+# When the tree, .debs and .whl exceed the 64 MiB a call carries, carry the faces-only packages of
+# scripts/slim_font_debs.sh instead (.debs-slim, 37 MB against 60) and give DEBS=.debs-slim.
 set -u
 cd "$(dirname "$0")/.."
 if [ "${INSTALL_DEBS:-1}" = 1 ]; then  # INSTALL_DEBS=0: tests/test_table_scripts.py and machines with the fonts
-  dpkg -i --force-depends .debs/*.deb > /dev/null || { echo "gpu_font_testbed_tune: installing .debs failed" >&2; exit 1; }
+  dpkg -i --force-depends "${DEBS:-.debs}"/*.deb > /dev/null || { echo "gpu_font_testbed_tune: installing ${DEBS:-.debs} failed" >&2; exit 1; }
 fi
 if [ "${INSTALL_WHEELS:-1}" = 1 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
@@ -31,6 +34,7 @@ OUT_DIR=${OUT_DIR:-runs/gpu_tune} STUDIES=${STUDIES:-runs/font_tune_gpu}
 EXTRA=(${SETS:-})  # e.g. SETS="--set train.max_steps=8" (tests)
 mkdir -p "$OUT_DIR" "$STUDIES"
 [ -n "${STUDIES_TAR:-}" ] && { tar -xzf "$STUDIES_TAR" || exit 1; }
+[ -n "${RESUME_TAR:-}" ] && { tar -xzf "$RESUME_TAR" || exit 1; }
 deadline=$(( $(date +%s) + TRAIN_SECONDS ))
 for name in $LOSSES; do
   left=$(( deadline - $(date +%s) ))
@@ -44,5 +48,14 @@ done
 for name in $LOSSES; do
   [ -f "$STUDIES/$name/trials.md" ] && { echo "## $name"; cat "$STUDIES/$name/trials.md"; echo; } >> "$OUT_DIR/trials.md"
 done
-tar -czf "$OUT_DIR/studies.tar.gz" "$STUDIES"
+# Two archives, so that the results come back under the device tool's 16 MiB a file: studies.tar.gz without
+# checkpoints (journals, tables, each trial's config, metrics and summary), resume.tar.gz with the last.pt of the
+# trials still unfinished (about 3 MB each), which a fresh machine needs to resume them (STUDIES_TAR, then RESUME_TAR).
+find "$STUDIES" -type f ! -name '*.pt' > "$OUT_DIR/.study_files"
+tar -czf "$OUT_DIR/studies.tar.gz" -T "$OUT_DIR/.study_files"
+for trial in "$STUDIES"/*/trials/*/; do
+  [ -f "$trial/last.pt" ] && [ ! -f "$trial/summary.json" ] && echo "$trial/last.pt"
+done > "$OUT_DIR/.resume_files"
+[ -s "$OUT_DIR/.resume_files" ] && tar -czf "$OUT_DIR/resume.tar.gz" -T "$OUT_DIR/.resume_files"
+rm -f "$OUT_DIR/.study_files" "$OUT_DIR/.resume_files"
 tail -n 5 "$OUT_DIR/tune.log"

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -211,6 +212,11 @@ def test_gpu_tuning_script_runs_its_studies_and_continues_them_from_their_archiv
         assert "## quickstart" in (tmp_path / "out" / "trials.md").read_text()
         archive = tmp_path / "studies.tar.gz"
         os.replace(tmp_path / "out" / "studies.tar.gz", archive)
+        with tarfile.open(archive) as packed:  # checkpoints would outgrow the 16 MiB a returned file may have
+            names = packed.getnames()
+        assert any(name.endswith("/summary.json") for name in names)
+        assert not [name for name in names if name.endswith(".pt")]
+        assert not (tmp_path / "out" / "resume.tar.gz").exists()  # every trial complete: nothing to resume
         subprocess.run(["rm", "-rf", "runs/test-gpu-tune"], cwd=root, check=True)
         again = subprocess.run(
             ["bash", "scripts/gpu_font_testbed_tune.sh"],
