@@ -51,6 +51,9 @@ done
 # Two archives, so that the results come back under the device tool's 16 MiB a file: studies.tar.gz without
 # checkpoints (journals, tables, each trial's config, metrics and summary), resume.tar.gz with the last.pt of the
 # trials still unfinished (about 3 MB each), which a fresh machine needs to resume them (STUDIES_TAR, then RESUME_TAR).
+# The tool returns files of at most 16 MiB: about five unfinished trials. So size JOBS and TRAIN_SECONDS for waves that
+# end inside the call (on an H200, ten SFT + triplet trials take about 120 s of training; twenty GSP + L_ZS trials at
+# once trained 311 to 549 of 1,200 steps in 290 s), or continue on the warm machine with the same command.
 find "$STUDIES" -type f ! -name '*.pt' > "$OUT_DIR/.study_files"
 tar -czf "$OUT_DIR/studies.tar.gz" -T "$OUT_DIR/.study_files"
 for trial in "$STUDIES"/*/trials/*/; do
