@@ -17,7 +17,7 @@ from dmlkit.engine.optim import parameter_groups
 from dmlkit.engine.weight_decay import exclude_from_weight_decay
 from dmlkit.assemble import build_model, build_trainer, resume_trainer
 from dmlkit.proxies import CCPConfig, ProjectionRegularizer, ProxyBank, ProxyPairLoss, greedy_k_center
-from tests_helpers import TINY_OVERRIDES, fake_train_set
+from tests_helpers import TINY_OVERRIDES, fake_train_set, stop_after_validation
 
 # ----------------------------------------------------------------------------- proxy-based loss (Eq. 3.2.11)
 
@@ -519,3 +519,24 @@ def test_the_2d_figure_has_a_panel_per_finished_projection(tmp_path):
     first = ccp.panels[0]
     assert first["converged"].shape == first["next"].shape == (first["converged_labels"].numel(), 16)
     assert not torch.equal(first["converged"], first["next"])  # the next proxies are new samples, not rho*
+
+
+def test_a_resumed_run_keeps_the_figure_panels_of_the_projections_before_the_crash(tmp_path):
+    """The panels live in memory: last.pt carries them, so the figure of a resumed run has every projection."""
+    plotted = ("methods.ccp.plot=true", "plots=true")
+    full = build_trainer(ccp_config(*plotted), tmp_path / "full", quiet=True)
+    summary = full.fit()
+    ends = [sum(summary["ccp"]["steps_per_projection"][: i + 1]) for i in range(2)]
+    assert summary["ccp"]["projections"] >= 3 and ends[1] + 1 < summary["steps"]  # two ends before the last step
+    crashed = tmp_path / "crashed"
+    with pytest.raises(KeyboardInterrupt):  # after the second end: its panel is in memory, the first's in last.pt
+        build_trainer(ccp_config(*plotted), crashed, callbacks=[stop_after_validation(ends[1] + 1)], quiet=True).fit()
+    resumed = resume_trainer(crashed, quiet=True)
+    resumed.fit()
+
+    def panels(trainer):
+        return next(cb for cb in trainer.callbacks if type(cb).__name__ == "CCPCallback").panels
+
+    assert [p["title"] for p in panels(resumed)] == [p["title"] for p in panels(full)]
+    for again, first in zip(panels(resumed), panels(full)):
+        torch.testing.assert_close(again["converged"], first["converged"])

@@ -172,7 +172,18 @@ class CCPCallback(Callback):
         self.cfg, self.bank, self.regularizer, self.max_steps = cfg, bank, regularizer, max_steps
         self.train_set, self.seed, self.batch_size = train_set, seed, batch_size
         self.last_pool: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.panels: list[dict] = []  # methods.ccp.plot: one figure panel per projection end (not kept across a resume)
+        self.panels: list[dict] = []  # methods.ccp.plot: one figure panel per projection end (kept in last.pt)
+
+    # ------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """The figure panels of the projections ended so far: a resumed run's figure shows every projection.
+
+        ``last.pt`` is written before the validation hooks, so a projection that ends at that validation is rolled
+        forward again on resume, which adds its panel then."""
+        return {"panels": list(self.panels)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.panels = list(state["panels"])
 
     # ------------------------------------------------------------- hooks
     def on_train_start(self, trainer: TrainerView) -> None:
