@@ -1,7 +1,7 @@
 #!/bin/bash
 # Repacks the font packages of .debs (scripts/gpu_font_testbed_tables.sh's header) into .debs-slim with only their
 # faces (.ttf / .otf) kept: the same package names, versions and face paths, so `dpkg-query -L` lists the same faces
-# and the dataset's fingerprint (paths and contents) is unchanged, at about 45 MB against 60. For a device call
+# and the dataset's fingerprint (paths and contents) is unchanged, at 37 MB against 60. For a device call
 # whose working tree and carried files must fit in 64 MiB. Usage: bash scripts/slim_font_debs.sh [SRC] [DEST]
 set -eu
 src=${1:-.debs} dest=${2:-.debs-slim}
