@@ -54,11 +54,9 @@ done
 # The tool returns files of at most 16 MiB: about five unfinished trials. So size JOBS and TRAIN_SECONDS for waves that
 # end inside the call (on an H200, ten SFT + triplet trials take about 120 s of training; twenty GSP + L_ZS trials at
 # once trained 311 to 549 of 1,200 steps in 290 s), or continue on the warm machine with the same command.
-find "$STUDIES" -type f ! -name '*.pt' > "$OUT_DIR/.study_files"
-tar -czf "$OUT_DIR/studies.tar.gz" -T "$OUT_DIR/.study_files"
-for trial in "$STUDIES"/*/trials/*/; do
+tar -czf "$OUT_DIR/studies.tar.gz" --exclude='*.pt' "$STUDIES"
+unfinished=$(for trial in "$STUDIES"/*/trials/*/; do
   [ -f "$trial/last.pt" ] && [ ! -f "$trial/summary.json" ] && echo "$trial/last.pt"
-done > "$OUT_DIR/.resume_files"
-[ -s "$OUT_DIR/.resume_files" ] && tar -czf "$OUT_DIR/resume.tar.gz" -T "$OUT_DIR/.resume_files"
-rm -f "$OUT_DIR/.study_files" "$OUT_DIR/.resume_files"
+done)
+[ -n "$unfinished" ] && printf '%s\n' "$unfinished" | tar -czf "$OUT_DIR/resume.tar.gz" -T -
 tail -n 5 "$OUT_DIR/tune.log"

@@ -381,7 +381,7 @@ class WatchProjections(Callback):
         reg = next(t for t in trainer.objective.terms if t.name == "projection").regularizer
         bank = next(t for t in trainer.objective.terms if t.name == "metric").loss.bank
         now = _params(trainer.model)
-        ccp = next(cb for cb in trainer.callbacks if type(cb).__name__ == "CCPCallback")
+        ccp = _ccp_callback(trainer)
         pool, pool_labels = ccp.last_pool
         expected = []  # Algorithm 2 by brute force, from rho* mapped into the pool's (l2) space
         for c in range(bank.num_classes):
@@ -508,12 +508,16 @@ def test_resume_with_ccp_reaches_the_same_state(ccp_run, tmp_path, where):
     assert strip(resumed_records) == strip(records)
 
 
+def _ccp_callback(trainer):
+    return next(cb for cb in trainer.callbacks if type(cb).__name__ == "CCPCallback")
+
+
 def test_the_2d_figure_has_a_panel_per_finished_projection(tmp_path):
     """methods.ccp.plot: one panel per projection end (its rho* and the next k-centre picks) and the final state."""
     run_dir = tmp_path / "plot"
     trainer = build_trainer(ccp_config("methods.ccp.plot=true", "plots=true", "train.max_steps=5"), run_dir, quiet=True)
     summary = trainer.fit()
-    ccp = next(cb for cb in trainer.callbacks if type(cb).__name__ == "CCPCallback")
+    ccp = _ccp_callback(trainer)
     started = summary["ccp"]["projections"] - 1  # projection ends that started a next projection
     assert len(ccp.panels) == started >= 1 and (run_dir / "plots" / "ccp_proxies.png").stat().st_size > 0
     first = ccp.panels[0]
@@ -533,10 +537,7 @@ def test_a_resumed_run_keeps_the_figure_panels_of_the_projections_before_the_cra
         build_trainer(ccp_config(*plotted), crashed, callbacks=[stop_after_validation(ends[1] + 1)], quiet=True).fit()
     resumed = resume_trainer(crashed, quiet=True)
     resumed.fit()
-
-    def panels(trainer):
-        return next(cb for cb in trainer.callbacks if type(cb).__name__ == "CCPCallback").panels
-
-    assert [p["title"] for p in panels(resumed)] == [p["title"] for p in panels(full)]
-    for again, first in zip(panels(resumed), panels(full)):
+    again_panels, full_panels = _ccp_callback(resumed).panels, _ccp_callback(full).panels
+    assert [p["title"] for p in again_panels] == [p["title"] for p in full_panels]
+    for again, first in zip(again_panels, full_panels):
         torch.testing.assert_close(again["converged"], first["converged"])
