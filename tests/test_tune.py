@@ -1,6 +1,7 @@
 """dmlkit tune: spaces as data, the checks before any trial, seeded reproducibility, the config's values as
 trial 0, continuing a study, the fair protocol's objective, failed trials and refused study folders."""
 
+import csv
 import dataclasses
 import json
 import math
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from scipy.stats import spearmanr
 
 from dmlkit.cli import main
 from dmlkit.config import load_config
@@ -281,12 +283,18 @@ def test_running_again_continues_the_study(tmp_path, capsys):
     assert "is not a study folder" in capsys.readouterr().err
     # dmlkit report shows the study: its best trial and every trial's value in %
     best = json.loads((out / "best.json").read_text())
+    trials = list(csv.DictReader((out / "trials.csv").open()))
+    for key, rho in best["rank_correlations"].items():  # each searched key's Spearman rho over the three trials
+        assert rho == pytest.approx(spearmanr([float(t[key]) for t in trials], [float(t["value"]) for t in trials])[0])
+    assert best["rank_correlations"] and set(best["rank_correlations"]) <= set(trials[0])
     page = tmp_path / "report.html"
     assert main(["report", str(out), "--out", str(page)]) == 0
     text = page.read_text()
     assert f"Best: trial {best['trial']}, {100 * best['value']:.2f}" in text
     values = [line.split(",")[3] for line in (out / "trials.csv").read_text().splitlines()[1:]]
     assert all(f"<td>{100 * float(v):.2f}</td>" in text for v in values) and text.count("data:image/png") >= 1
+    for key, rho in best["rank_correlations"].items():  # the space table shows how each key bore on the score
+        assert f"<td>{key}</td>" in text and (rho is None or f"<td>{rho:+.2f}</td>" in text)
 
 
 def test_a_folder_of_another_search_is_refused(tmp_path, capsys):

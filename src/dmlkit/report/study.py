@@ -1,5 +1,6 @@
 """The section of the HTML report for a hyperparameter study folder (``dmlkit tune``): what it searched, its best
-trial, every trial, the best-so-far curve and the importances, and the test of the best values when there is one."""
+trial, every trial, the best-so-far curve, each key's importance and rank correlation with the objective, and the
+test of the best values when there is one."""
 
 from __future__ import annotations
 
@@ -28,6 +29,20 @@ def _percent(header: list[str], rows: list[list[str]]) -> list[list[str]]:
     return [[f"{100 * float(c):.2f}" if i in scaled and c else c for i, c in enumerate(row)] for row in rows]
 
 
+def _space_rows(space: dict, best: dict | None) -> list[list[str]]:
+    """Each searched key with its range and how it bore on the objective (``best.json``; blank when undefined)."""
+    importances = (best or {}).get("importances") or {}
+    correlations = (best or {}).get("rank_correlations") or {}
+
+    def figure(value: object, sign: bool = False) -> str:
+        return "" if value is None else (f"{value:+.2f}" if sign else f"{value:.2f}")
+
+    return [
+        [key, json.dumps(spec), figure(importances.get(key)), figure(correlations.get(key), sign=True)]
+        for key, spec in space.items()
+    ]
+
+
 def study_section(
     folder: Path, escape: Callable[[object], str], table: Callable[..., str], figure: Callable[[bytes, str], str]
 ) -> str:
@@ -40,7 +55,9 @@ def study_section(
         f"config {escape(record.get('config_path'))}; folder <code>{escape(folder)}</code></p>",
     ]
     space = record.get("space", {})
-    parts.append(table(["key", "range"], [[k, json.dumps(v)] for k, v in space.items()]))
+    parts.append(
+        table(["key", "range", "importance (fANOVA)", "Spearman's rho with the objective"], _space_rows(space, best))
+    )
     if best is not None:
         values = ", ".join(
             f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in best["params"].items()

@@ -5,9 +5,10 @@
 - ``best.yaml``: the config with the best trial's values, ready for ``dmlkit train`` or ``dmlkit protocol``;
   ``best_values.yaml``: the tuned keys alone, a layer to put last in another config's ``base:`` list (a method
   added to the tuned baseline, another regime);
-  ``best.json``: the best trial's number, value, standard error and values.
+  ``best.json``: the best trial's number, value, standard error and values, with each key's fANOVA
+  importance and Spearman rank correlation with the objective (``tune.importance``).
 - ``best_so_far.png``: every trial's value and the best so far against the trial number;
-  ``importances.png``: Optuna's fANOVA importance of each key (with two or more finished trials); both with the
+  ``importances.png``: the fANOVA importance of each key (with two or more keys); both with the
   'plots' extra (matplotlib) installed.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from dmlkit.tune.importance import key_importances, rank_correlations
 from dmlkit.tune.space import overrides_of
 
 __all__ = ["trial_rows", "write_results"]
@@ -112,19 +114,6 @@ def _best_so_far_figure(rows: list[dict[str, Any]], metric: str, out: Path) -> N
         best_so_far_figure(done, metric, out)
 
 
-def _importances(study: Any) -> dict[str, float]:
-    import optuna
-    from optuna.trial import TrialState
-
-    finished = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    if len(finished) < 2 or len(study.best_trial.params) < 2:
-        return {}
-    try:
-        return optuna.importance.get_param_importances(study)
-    except (RuntimeError, ValueError):  # e.g. every finished trial has the same value
-        return {}
-
-
 def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: list[str]) -> dict[str, Any] | None:
     """Write the results files; returns the best trial's record (None before any trial completed)."""
     from optuna.trial import TrialState
@@ -142,7 +131,7 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
     if not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
         return None
     best = study.best_trial
-    importances = _importances(study)
+    importances = key_importances(study)
     if importances and _can_plot():
         from dmlkit.viz.tune_plots import importance_figure
 
@@ -155,6 +144,7 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
         "metric": metric,
         "params": best.params,
         "importances": importances,
+        "rank_correlations": rank_correlations(study, keys),
         "trials": {s: sum(r["state"] == s for r in rows) for s in ("complete", "pruned", "fail", "running")},
     }
     (study_dir / "best.json").write_text(json.dumps(summary, indent=2) + "\n")
