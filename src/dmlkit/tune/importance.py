@@ -2,7 +2,7 @@
 
 - ``key_importances``: Optuna's fANOVA (a random forest of the objective over the finished trials; each key's
   share of the explained variance, summing to 1) with a fixed forest seed, so the same trials give the same
-  importances on every call and machine run. Needs two or more keys: with one key the share is 1 by
+  importances on every call. Needs two or more keys: with one key the share is 1 by
   definition.
 - ``rank_correlations``: Spearman's rho between each numeric key and the objective over the finished trials
   (Pearson's correlation of their ranks, ties at their mean rank). Positive: larger values scored higher.
