@@ -61,7 +61,7 @@ def test_spearman_of_monotone_samples_is_one_and_undefined_cases_are_none():
 
 def test_rank_correlations_give_each_numeric_key_its_direction_and_skip_categorical_keys():
     study = _study(lambda p: -p["margin"] + 0.001 * p["proxies"], failed=2)
-    rho = rank_correlations(study, ["lr", "margin", "proxies", "target"])
+    rho = rank_correlations(study.trials, ["lr", "margin", "proxies", "target"])
     assert set(rho) == {"lr", "margin", "proxies"}
     finished = [t for t in study.trials if t.state == TrialState.COMPLETE]
     values = [t.value for t in finished]
@@ -72,7 +72,7 @@ def test_rank_correlations_give_each_numeric_key_its_direction_and_skip_categori
 
 def test_rank_correlation_is_defined_for_a_single_key_where_importances_are_not():
     study = _study(lambda p: p["lr"] ** 0.5, keys=("lr",))
-    assert rank_correlations(study, ["lr"]) == {"lr": pytest.approx(1.0)}
+    assert rank_correlations(study.trials, ["lr"]) == {"lr": pytest.approx(1.0)}
     assert key_importances(study) == {}
 
 

@@ -25,7 +25,7 @@ def key_importances(study: Any) -> dict[str, float]:
     keys or three finished trials, or an objective with one value)."""
     import optuna
 
-    finished = _finished(study)
+    finished = _finished(study.get_trials(deepcopy=False))
     if len(finished) < 3 or len({t.value for t in finished}) < 2 or len(study.best_trial.params) < 2:
         return {}
     evaluator = optuna.importance.FanovaImportanceEvaluator(seed=FOREST_SEED)
@@ -36,9 +36,10 @@ def key_importances(study: Any) -> dict[str, float]:
     return {key: float(share) for key, share in importances.items()}
 
 
-def rank_correlations(study: Any, keys: list[str]) -> dict[str, float | None]:
-    """Spearman's rho between each numeric key in ``keys`` and the objective over the finished trials."""
-    finished = _finished(study)
+def rank_correlations(trials: list[Any], keys: list[str]) -> dict[str, float | None]:
+    """Spearman's rho between each numeric key in ``keys`` and the objective over the finished ones of ``trials``
+    (a study's ``get_trials()``)."""
+    finished = _finished(trials)
     out: dict[str, float | None] = {}
     for key in keys:
         pairs = [(t.params[key], t.value) for t in finished if _is_number(t.params.get(key))]
@@ -80,10 +81,10 @@ def _ranks(values: list[float]) -> list[float]:
     return ranks
 
 
-def _finished(study: Any) -> list[Any]:
+def _finished(trials: list[Any]) -> list[Any]:
     from optuna.trial import TrialState
 
-    return [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE and t.value is not None]
+    return [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
 
 
 def _is_number(value: Any) -> bool:

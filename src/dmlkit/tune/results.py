@@ -121,14 +121,15 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
     from dmlkit.tune.workers import origin_number
 
     metric = record["metric"]
-    rows = trial_rows(study.get_trials(deepcopy=False), keys)
+    trials = study.get_trials(deepcopy=False)  # one read of the storage (a database query with --storage)
+    rows = trial_rows(trials, keys)
     (study_dir / "trials.md").write_text(_markdown(rows, metric))
     with open(study_dir / "trials.csv", "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["trial"])
         writer.writeheader()
         writer.writerows([{k: _cell(v) if isinstance(v, list) else v for k, v in row.items()} for row in rows])
     _best_so_far_figure(rows, metric, study_dir / "best_so_far.png")
-    if not any(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False)):
+    if not any(t.state == TrialState.COMPLETE for t in trials):
         return None
     best = study.best_trial
     importances = key_importances(study)
@@ -144,7 +145,7 @@ def write_results(study: Any, study_dir: Path, record: dict[str, Any], keys: lis
         "metric": metric,
         "params": best.params,
         "importances": importances,
-        "rank_correlations": rank_correlations(study, keys),
+        "rank_correlations": rank_correlations(trials, keys),
         "trials": {s: sum(r["state"] == s for r in rows) for s in ("complete", "pruned", "fail", "running")},
     }
     (study_dir / "best.json").write_text(json.dumps(summary, indent=2) + "\n")
